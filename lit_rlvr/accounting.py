@@ -1,0 +1,90 @@
+"""Rollout accounting: what each step generated, kept and trained on, and running totals.
+
+Definitions (logged per step as ``rollouts/...`` and cumulatively as ``cumulative/...``):
+- ``generated``: every rollout the engine produced this step, kept or not.
+- ``effective_ratio``: share of generated rollouts sitting in groups whose rewards
+  are not all equal (over all of the group's rollouts): the ones that can carry signal.
+- ``in_gradient``: kept rollouts with a non-zero advantage, i.e. that move the loss.
+- ``groups/solve_all`` / ``groups/solve_none``: rolled-out groups whose rollouts are all
+  correct / all incorrect (by the accuracy reward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from lit_rlvr.advantages import zero_variance_groups
+from lit_rlvr.types import RolloutBatch
+
+
+@dataclass
+class Totals:
+    """Cumulative counters since the start of training (saved in checkpoints)."""
+
+    rollouts_generated: int = 0
+    rollouts_effective: int = 0
+    rollouts_in_gradient: int = 0
+    tokens_generated: int = 0
+    groups_generated: int = 0
+    round_cap_hits: int = 0
+    reward_errors: int = 0
+    reward_timeouts: int = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        for k, v in state.items():
+            setattr(self, k, int(v))
+
+
+def step_metrics(batch: RolloutBatch, correct: torch.Tensor, epsilon: float = 0.0) -> dict[str, float]:
+    """Per-step rollout metrics of ``batch``; ``correct`` is [N] bool per rollout."""
+    n = len(batch)
+    if n == 0:
+        return {"rollouts/generated": 0.0, "rollouts/in_gradient": 0.0, "rollouts/effective_ratio": 0.0}
+    group = batch.prompt_index
+    zero_var = zero_variance_groups(batch.rewards, group, epsilon=epsilon)  # [N]
+    groups = batch.group_indices()
+    solve_all = sum(bool(correct[idx].all()) for idx in groups.values())
+    solve_none = sum(bool((~correct[idx]).all()) for idx in groups.values())
+    adv = batch.advantages if batch.advantages is not None else torch.zeros(n)
+    in_gradient = batch.keep & (adv != 0)
+    lengths = batch.completion_lengths.float()
+    return {
+        "rollouts/generated": float(n),
+        "rollouts/kept": float(batch.keep.sum()),
+        "rollouts/in_gradient": float(in_gradient.sum()),
+        "rollouts/effective": float((~zero_var).sum()),
+        "rollouts/effective_ratio": float((~zero_var).float().mean()),
+        "rollouts/truncated_ratio": float(batch.truncated.float().mean()),
+        "groups/generated": float(len(groups)),
+        "groups/solve_all": float(solve_all),
+        "groups/solve_none": float(solve_none),
+        "tokens/generated": float(lengths.sum()),
+        "reward/mean": float(batch.rewards.mean()),
+        "reward/accuracy": float(correct.float().mean()),
+        "completion/length_mean": float(lengths.mean()),
+    }
+
+
+def update_totals(totals: Totals, metrics: dict[str, float]) -> None:
+    totals.rollouts_generated += int(metrics.get("rollouts/generated", 0))
+    totals.rollouts_effective += int(metrics.get("rollouts/effective", 0))
+    totals.rollouts_in_gradient += int(metrics.get("rollouts/in_gradient", 0))
+    totals.tokens_generated += int(metrics.get("tokens/generated", 0))
+    totals.groups_generated += int(metrics.get("groups/generated", 0))
+
+
+def cumulative_metrics(totals: Totals) -> dict[str, float]:
+    return {
+        "cumulative/rollouts_generated": float(totals.rollouts_generated),
+        "cumulative/rollouts_effective": float(totals.rollouts_effective),
+        "cumulative/rollouts_in_gradient": float(totals.rollouts_in_gradient),
+        "cumulative/tokens_generated": float(totals.tokens_generated),
+        "cumulative/round_cap_hits": float(totals.round_cap_hits),
+        "cumulative/reward_errors": float(totals.reward_errors),
+        "cumulative/reward_timeouts": float(totals.reward_timeouts),
+    }

@@ -1,0 +1,204 @@
+"""The selection contract (DESIGN.md): every selection method is a Lightning callback.
+
+A selector subclasses one of the stage bases below and overrides that stage's hook:
+
+| stage         | base               | hook                                              |
+| ------------- | ------------------ | ------------------------------------------------- |
+| pre-rollout   | ``PromptSelector`` | ``on_train_batch_start(trainer, module, pool, i)`` narrows ``pool.keep`` |
+| rollout       | ``RolloutAllocator``| ``plan(state) -> [P] counts`` (at most one per run) |
+| observe       | any                | ``on_rollouts_scored(trainer, module, batch)``    |
+| pre-backward  | ``RolloutFilter``  | ``select_rollouts(trainer, module, batch) -> [N] keep mask`` |
+| loss          | ``TokenWeighter``  | ``token_weights(trainer, module, batch) -> [N] list of [L_i]`` |
+
+``GRPOModule`` finds them by type among ``trainer.callbacks`` and calls them in
+list order; it never names a method. Rules every selector keeps are in DESIGN.md:
+explicit state (``state_dict``/``load_state_dict``/``state_key``), identical state
+on every rank (``gather_rows`` + ``seeded_generator``), capped loops, exact counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import lightning.pytorch as pl
+import torch
+
+from lit_rlvr.types import PromptPool, RolloutBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lit_rlvr.module import GRPOModule
+
+
+class SelectionCallback(pl.Callback):
+    """Base of every selector: a no-op observe hook and a state key built from its settings."""
+
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+        """Sees every scored rollout of the step, kept or not (history and posterior updates)."""
+
+    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list["SelectionCallback"]) -> None:
+        """Called once at fit start with every selector of the run, to validate a composition.
+
+        Raise ``ValueError`` naming both parts and the fix for a combination that makes no sense.
+        """
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(**self._state_key_fields())
+
+    def _state_key_fields(self) -> dict[str, Any]:
+        """Settings that tell two instances of the same selector apart."""
+        return {}
+
+    def metrics(self) -> dict[str, float]:
+        """``select/<name>/...`` metrics of the last step (the module logs them)."""
+        return {}
+
+
+class PromptSelector(SelectionCallback):
+    """Pre-rollout: narrow ``pool.keep`` in ``on_train_batch_start(trainer, module, pool, batch_idx)``.
+
+    Lightning calls that hook with the step's ``PromptPool`` before ``training_step``.
+    Only set entries of ``pool.keep`` to False; never reorder the pool.
+    """
+
+
+@dataclass
+class RolloutState:
+    """What the rollout loop has generated so far this step, per pool prompt (P = len(pool))."""
+
+    pool: PromptPool
+    group_size: int
+    """G, the configured rollouts per prompt (``module.num_generations``)."""
+    step: int
+    """Training step index (pools consumed before this one)."""
+    seed: int
+    """The run's seed, for ``seeded_generator``."""
+    round: int = 0
+    """Generation rounds finished so far."""
+    rewards: list[list[float]] = field(default_factory=list)
+    """[P] rewards of each prompt's rollouts so far, in generation order."""
+
+    def __post_init__(self) -> None:
+        if not self.rewards:
+            self.rewards = [[] for _ in range(len(self.pool))]
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """[P] int64 rollouts generated so far per prompt."""
+        return torch.tensor([len(r) for r in self.rewards], dtype=torch.long)
+
+    def reward_mean(self) -> torch.Tensor:
+        """[P] float32 mean reward so far (0 where none)."""
+        return torch.tensor([sum(r) / len(r) if r else 0.0 for r in self.rewards], dtype=torch.float32)
+
+    def reward_var(self) -> torch.Tensor:
+        """[P] float32 population variance of each prompt's rewards so far (0 where < 2)."""
+        out = []
+        for r in self.rewards:
+            if len(r) < 2:
+                out.append(0.0)
+                continue
+            m = sum(r) / len(r)
+            out.append(sum((x - m) ** 2 for x in r) / len(r))
+        return torch.tensor(out, dtype=torch.float32)
+
+    def is_effective(self, epsilon: float = 0.0) -> torch.Tensor:
+        """[P] bool: prompts whose rewards so far are not all equal (within ``epsilon``)."""
+        return torch.tensor([bool(r) and (max(r) - min(r) > epsilon) for r in self.rewards], dtype=torch.bool)
+
+    def unused(self) -> list[int]:
+        """Pool indices still eligible (``pool.keep``) and not rolled out yet, in pool order."""
+        counts = self.counts
+        return [i for i in self.pool.eligible() if counts[i] == 0]
+
+
+class RolloutAllocator(SelectionCallback):
+    """Rollout stage: decides, round by round, how many more rollouts each pool prompt gets.
+
+    The rollout loop calls ``plan(state)`` before each round; a round generates all
+    planned rollouts in one batched engine call and scores them; the loop stops when a
+    plan is all zeros or after ``max_rounds`` rounds. At most one allocator per run.
+    """
+
+    max_rounds: int = 1
+
+    def plan(self, state: RolloutState) -> torch.Tensor:
+        """[P] int64 more rollouts per pool prompt this round; all zeros ends the step's rollout."""
+        raise NotImplementedError
+
+
+class FixedGroupAllocator(RolloutAllocator):
+    """The default (plain GRPO): the first B eligible prompts get G rollouts each, in one round."""
+
+    max_rounds = 1
+
+    def plan(self, state: RolloutState) -> torch.Tensor:
+        counts = torch.zeros(len(state.pool), dtype=torch.long)
+        if state.round == 0:
+            chosen = state.pool.eligible()[: state.pool.batch_size]
+            counts[chosen] = state.group_size
+        return counts
+
+
+class RolloutFilter(SelectionCallback):
+    """Pre-backward: ``select_rollouts`` returns a keep mask over the step's rollouts.
+
+    The module ANDs each filter's mask into ``batch.keep`` in list order, so a filter
+    sees what earlier filters kept (``batch.keep``) and should only narrow it.
+    """
+
+    def select_rollouts(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> torch.Tensor:
+        """[N] bool rollouts to keep."""
+        raise NotImplementedError
+
+
+class TokenWeighter(SelectionCallback):
+    """Loss stage: per-token weights multiplying each rollout's advantage (OC-GRPO)."""
+
+    def token_weights(
+        self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch
+    ) -> Optional[list[torch.Tensor]]:
+        """[N] list of [L_i] float32 weights, or None to leave the batch unweighted."""
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- ranks and seeds
+
+
+def seeded_generator(seed: int, step: int, prompt_id: int = -1, salt: str = "") -> torch.Generator:
+    """A CPU generator seeded by (seed, step, prompt id, salt): identical on every rank and on resume."""
+    digest = hashlib.blake2b(f"{seed}|{step}|{prompt_id}|{salt}".encode(), digest_size=8).digest()
+    gen = torch.Generator()
+    gen.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    return gen
+
+
+def gather_rows(trainer: Optional[pl.Trainer], rows: torch.Tensor) -> torch.Tensor:
+    """Concatenate a [K, D] tensor from every rank (K may differ per rank), in rank order.
+
+    Selectors call this on their observations before updating state so every rank
+    updates with the same data. Single process: returns ``rows`` unchanged.
+    """
+    if trainer is None or trainer.world_size <= 1:
+        return rows
+    strategy = trainer.strategy
+    k = torch.tensor([rows.shape[0]], dtype=torch.long)
+    sizes = strategy.all_gather(k).view(-1).tolist()  # [world]
+    padded = torch.zeros((max(sizes), *rows.shape[1:]), dtype=rows.dtype)
+    padded[: rows.shape[0]] = rows
+    gathered = strategy.all_gather(padded.to(strategy.root_device)).cpu()  # [world, K_max, D]
+    return torch.cat([gathered[r, : sizes[r]] for r in range(len(sizes))], dim=0)
+
+
+def group_observations(batch: RolloutBatch, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """[K, 4] float64 rows (prompt id, n rollouts, reward sum, reward min==max) per group.
+
+    The compact per-group summary most selectors update from; ``gather_rows`` it across ranks.
+    """
+    rows = []
+    for p, idx in sorted(batch.group_indices(mask).items()):
+        r = batch.rewards[idx].double()
+        rows.append([float(batch.pool.ids[p]), float(len(idx)), float(r.sum()), float(r.max() == r.min())])
+    return torch.tensor(rows, dtype=torch.float64).reshape(-1, 4)

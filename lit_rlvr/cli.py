@@ -1,0 +1,53 @@
+"""The ``lit-rlvr`` command: LightningCLI over GRPOModule and PromptDataModule.
+
+    lit-rlvr fit --config configs/quickstart.yaml
+    lit-rlvr fit --config configs/tiny.yaml --config configs/methods/greso.yaml
+
+Configs are parsed in omegaconf mode, so they can interpolate
+(``${model.rollout.num_generations}``). Selection methods are listed under
+``trainer.callbacks`` by class path, in the order they run. Unknown keys fail
+at start-up, naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from lightning.pytorch.cli import LightningCLI
+
+from lit_rlvr.data import PromptDataModule
+from lit_rlvr.module import GRPOModule
+
+
+class LitRLVRCLI(LightningCLI):
+    """LightningCLI with lit-rlvr's defaults and start-up checks."""
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
+        trainer = config.get("trainer", {})
+        accelerator = str(trainer.get("accelerator", "auto"))
+        if accelerator in ("gpu", "cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise SystemExit(
+                    f"trainer.accelerator={accelerator!r} but this machine has no CUDA GPU: "
+                    "run a CPU config (configs/quickstart.yaml) or set --trainer.accelerator=cpu"
+                )
+
+
+def main(args: Optional[list[str]] = None) -> Any:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return LitRLVRCLI(
+        GRPOModule,
+        PromptDataModule,
+        parser_kwargs={"parser_mode": "omegaconf"},
+        save_config_kwargs={"overwrite": True},
+        seed_everything_default=0,
+        args=args,
+    )
+
+
+if __name__ == "__main__":
+    main()

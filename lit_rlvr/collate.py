@@ -1,0 +1,116 @@
+"""Turn kept rollouts into padded training tensors, and split them into micro-batches.
+
+Layout of one row: ``[pad … pad | prompt | completion | pad … pad]``: prompts
+left-padded to P, completions right-padded to L, so completion token j of every
+row sits at column P + j and its logit at column P + j − 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Iterator, Optional
+
+import torch
+
+from lit_rlvr.types import RolloutBatch
+
+
+@dataclass
+class TrainingTensors:
+    """Padded tensors of the rollouts that enter the loss (N rows)."""
+
+    input_ids: torch.Tensor
+    """[N, P+L] int64 prompt and completion tokens."""
+    attention_mask: torch.Tensor
+    """[N, P+L] int64 1 on real tokens."""
+    position_ids: torch.Tensor
+    """[N, P+L] int64 positions counted from each row's first real token."""
+    completion_ids: torch.Tensor
+    """[N, L] int64 completion tokens (pad where mask is 0)."""
+    completion_mask: torch.Tensor
+    """[N, L] float32 1 on tokens that enter the loss."""
+    advantages: torch.Tensor
+    """[N] float32."""
+    token_weights: torch.Tensor
+    """[N, L] float32 per-token advantage weights (ones unless a TokenWeighter set them)."""
+    old_logprobs: Optional[torch.Tensor] = None
+    """[N, L] float32 log π_old (num_iterations > 1), filled before the update."""
+    ref_logprobs: Optional[torch.Tensor] = None
+    """[N, L] float32 log π_ref (KL on), filled before the update."""
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def completion_len(self) -> int:
+        return self.completion_ids.shape[1]
+
+    def rows(self, idx: slice) -> "TrainingTensors":
+        """A micro-batch: the same fields restricted to rows ``idx``."""
+        return TrainingTensors(
+            **{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[idx]) for f in fields(self)}
+        )
+
+    def to(self, device: torch.device) -> "TrainingTensors":
+        return TrainingTensors(
+            **{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name).to(device)) for f in fields(self)}
+        )
+
+    def micro_batches(self, size: int) -> Iterator["TrainingTensors"]:
+        for start in range(0, len(self), size):
+            yield self.rows(slice(start, start + size))
+
+
+def collate_rollouts(batch: RolloutBatch, rows: torch.Tensor, pad_id: int, mask_truncated: bool = False) -> TrainingTensors:
+    """Pad the rollouts ``rows`` ([N] int64 indices into ``batch``) into training tensors.
+
+    Truncated completions keep their advantage (their group's statistics include
+    them) but, with ``mask_truncated``, contribute no loss tokens (DAPO overlong filtering).
+    """
+    rows_l = rows.tolist()
+    prompts = [batch.prompt_token_ids[int(batch.prompt_index[r])] for r in rows_l]
+    comps = [batch.completions[r].token_ids for r in rows_l]
+    P = max((len(p) for p in prompts), default=1)
+    L = max((len(c) for c in comps), default=1) or 1
+    N = len(rows_l)
+    input_ids = torch.full((N, P + L), pad_id, dtype=torch.long)
+    attention = torch.zeros((N, P + L), dtype=torch.long)
+    completion_ids = torch.full((N, L), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((N, L), dtype=torch.float32)
+    weights = torch.ones((N, L), dtype=torch.float32)
+    for i, (r, p, c) in enumerate(zip(rows_l, prompts, comps)):
+        input_ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        input_ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
+        attention[i, P - len(p) : P + len(c)] = 1
+        completion_ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        if not (mask_truncated and batch.completions[r].truncated):
+            completion_mask[i, : len(c)] = 1.0
+        if batch.token_weights is not None and batch.token_weights[r] is not None:
+            weights[i, : len(c)] = batch.token_weights[r][: len(c)]
+    position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [N, P+L]
+    advantages = batch.advantages[rows] if batch.advantages is not None else torch.zeros(N)
+    return TrainingTensors(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        advantages=advantages.float(),
+        token_weights=weights,
+    )
+
+
+def policy_logprobs(model: torch.nn.Module, t: TrainingTensors, temperature: float = 1.0) -> torch.Tensor:
+    """[N, L] log-probabilities of the completion tokens under ``model`` (one forward pass)."""
+    from lit_rlvr.losses import token_logprobs
+
+    L = t.completion_len
+    out = model(
+        input_ids=t.input_ids,
+        attention_mask=t.attention_mask,
+        position_ids=t.position_ids,
+        logits_to_keep=L + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1, :]  # [N, L, V]: position P+j−1 predicts completion token j
+    return token_logprobs(logits, t.completion_ids, temperature)

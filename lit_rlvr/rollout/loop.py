@@ -1,0 +1,168 @@
+"""The rollout stage: rounds of batched generation, each scored, driven by an allocator.
+
+Each round asks the allocator how many more rollouts every pool prompt needs,
+generates all of them in ONE engine call, and scores them at once, because the
+next round's plan (VIGOR, SARA, Dynamic Sampling refill) depends on the rewards.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+from lit_rlvr.callbacks.base import RolloutAllocator, RolloutState
+from lit_rlvr.rewards.base import RewardScorer
+from lit_rlvr.rollout.base import GenerationRequest, RolloutEngine, SamplingConfig
+from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+
+log = logging.getLogger(__name__)
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a chat prompt, ending with the assistant turn's opening (chat template if any)."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    text = "\n\n".join(m["content"] for m in messages) + "\n"
+    return tokenizer(text)["input_ids"]
+
+
+@dataclass
+class RolloutStats:
+    """What one rollout stage cost and how it ended."""
+
+    rounds: int = 0
+    hit_round_cap: bool = False
+    rollout_seconds: float = 0.0
+    reward_seconds: float = 0.0
+    reward_errors: int = 0
+    reward_timeouts: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class RolloutLoop:
+    """Generates and scores the rollouts of one step.
+
+    Args:
+        engine: the rollout engine (Hugging Face or vLLM).
+        tokenizer: renders chat prompts to token ids.
+        scorer: runs the reward functions.
+        sampling: temperature, top-p, max new tokens.
+    """
+
+    def __init__(self, engine: RolloutEngine, tokenizer: Any, scorer: RewardScorer, sampling: SamplingConfig) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.scorer = scorer
+        self.sampling = sampling
+        self._warned_cap = False
+
+    def run(
+        self,
+        pool: PromptPool,
+        allocator: RolloutAllocator,
+        group_size: int,
+        step: int,
+        seed: int,
+        rank: int = 0,
+    ) -> tuple[RolloutBatch, RolloutStats]:
+        """Roll out the pool as the allocator plans, round by round, until it plans nothing or hits its cap."""
+        state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed)
+        prompt_tokens: list[list[int]] = [[] for _ in range(len(pool))]
+        rows_prompt: list[int] = []
+        rows_round: list[int] = []
+        completions: list[Completion] = []
+        rewards: list[torch.Tensor] = []
+        components: dict[str, list[torch.Tensor]] = {}
+        stats = RolloutStats()
+
+        while True:
+            plan = allocator.plan(state)  # [P] more rollouts per prompt
+            if int(plan.sum()) == 0:
+                break
+            if state.round >= allocator.max_rounds:
+                stats.hit_round_cap = True
+                if not self._warned_cap:
+                    log.warning(
+                        "%s reached its cap of %d generation rounds; training on what this step has "
+                        "(counted in rollouts/round_cap_hits; warned once).",
+                        type(allocator).__name__,
+                        allocator.max_rounds,
+                    )
+                    self._warned_cap = True
+                break
+            chosen = torch.nonzero(plan > 0).flatten().tolist()
+            for p in chosen:
+                if not prompt_tokens[p]:
+                    prompt_tokens[p] = render_prompt(self.tokenizer, pool.messages[p])
+            requests = [GenerationRequest(prompt_tokens[p], int(plan[p])) for p in chosen]
+            sampling = SamplingConfig(
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+                max_new_tokens=self.sampling.max_new_tokens,
+                seed=_round_seed(seed, step, state.round, rank),
+            )
+            t0 = time.perf_counter()
+            outputs = self.engine.generate(requests, sampling)  # one batched call per round
+            stats.rollout_seconds += time.perf_counter() - t0
+
+            new_prompt = [p for p, outs in zip(chosen, outputs) for _ in outs]
+            new_completions = [c for outs in outputs for c in outs]
+            t0 = time.perf_counter()
+            result = self.scorer.score(
+                [c.text for c in new_completions],
+                [pool.answers[p] for p in new_prompt],
+                [pool.metadata[p] for p in new_prompt],
+            )
+            stats.reward_seconds += time.perf_counter() - t0
+            stats.reward_errors += result.errors
+            stats.reward_timeouts += result.timeouts
+
+            for p, r in zip(new_prompt, result.total.tolist()):
+                state.rewards[p].append(float(r))
+            rows_prompt += new_prompt
+            rows_round += [state.round] * len(new_prompt)
+            completions += new_completions
+            rewards.append(result.total.float())
+            for name, values in result.components.items():
+                components.setdefault(name, []).append(values.float())
+            state.round += 1
+
+        stats.rounds = state.round
+        n = len(completions)
+        batch = RolloutBatch(
+            pool=pool,
+            prompt_index=torch.tensor(rows_prompt, dtype=torch.long),
+            prompt_token_ids=prompt_tokens,
+            completions=completions,
+            rewards=torch.cat(rewards) if rewards else torch.zeros(0),
+            round=torch.tensor(rows_round, dtype=torch.long),
+            keep=torch.ones(n, dtype=torch.bool),
+            reward_components={k: torch.cat(v) for k, v in components.items()},
+        )
+        return batch, stats
+
+
+def _round_seed(seed: int, step: int, round_: int, rank: int) -> int:
+    """Sampling seed of one round: reproducible on resume, distinct per rank and round."""
+    return (seed * 1_000_003 + step * 10_007 + round_ * 101 + rank * 7919) % (2**31 - 1)
+
+
+def generate_for_eval(
+    engine: RolloutEngine,
+    tokenizer: Any,
+    pool: PromptPool,
+    sampling: SamplingConfig,
+    n: int,
+) -> list[list[Completion]]:
+    """n completions per pool prompt in one engine call (validation)."""
+    requests = [GenerationRequest(render_prompt(tokenizer, m), n) for m in pool.messages]
+    return engine.generate(requests, sampling)
+
+
+def flatten(nested: Sequence[Sequence[Completion]]) -> list[Completion]:
+    return [c for group in nested for c in group]
