@@ -48,6 +48,16 @@ class PromptPool:
         """Lightning moves batches to the device; prompt state stays on the CPU."""
         return self
 
+    def extend(self, other: "PromptPool") -> list[int]:
+        """Append ``other``'s prompts (fresh draws for a refill); returns their new pool indices."""
+        start = len(self)
+        self.ids = torch.cat([self.ids, other.ids])
+        self.messages = self.messages + other.messages
+        self.answers = self.answers + other.answers
+        self.metadata = self.metadata + other.metadata
+        self.keep = torch.cat([self.keep, other.keep])
+        return list(range(start, len(self)))
+
     def eligible(self) -> list[int]:
         """Pool indices still kept, in pool order (the order rollouts are drawn in)."""
         return torch.nonzero(self.keep, as_tuple=False).flatten().tolist()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import lightning.pytorch as pl
 import torch
@@ -79,10 +79,23 @@ class RolloutState:
     """Generation rounds finished so far."""
     rewards: list[list[float]] = field(default_factory=list)
     """[P] rewards of each prompt's rollouts so far, in generation order."""
+    drawer: Optional[Callable[[int], PromptPool]] = None
+    """Serves n fresh prompts for a refill (None: the pool is all there is)."""
+    drawn: int = 0
+    """Prompts drawn into the pool this step."""
 
     def __post_init__(self) -> None:
         if not self.rewards:
             self.rewards = [[] for _ in range(len(self.pool))]
+
+    def draw(self, n: int) -> list[int]:
+        """Append up to n fresh prompts to the pool (deterministic per step); returns their pool indices."""
+        if self.drawer is None or n <= 0:
+            return []
+        new = self.pool.extend(self.drawer(n))
+        self.rewards.extend([] for _ in new)
+        self.drawn += len(new)
+        return new
 
     @property
     def counts(self) -> torch.Tensor:

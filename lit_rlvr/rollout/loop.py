@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -69,10 +69,14 @@ class RolloutLoop:
         step: int,
         seed: int,
         rank: int = 0,
+        drawer: Optional[Callable[[int], PromptPool]] = None,
     ) -> tuple[RolloutBatch, RolloutStats]:
-        """Roll out the pool as the allocator plans, round by round, until it plans nothing or hits its cap."""
-        state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed)
-        prompt_tokens: list[list[int]] = [[] for _ in range(len(pool))]
+        """Roll out the pool as the allocator plans, round by round, until it plans nothing or hits its cap.
+
+        ``drawer(n)`` serves fresh prompts when an allocator refills beyond the pool (``state.draw``).
+        """
+        state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed, drawer=drawer)
+        prompt_tokens: dict[int, list[int]] = {}
         rows_prompt: list[int] = []
         rows_round: list[int] = []
         completions: list[Completion] = []
@@ -97,7 +101,7 @@ class RolloutLoop:
                 break
             chosen = torch.nonzero(plan > 0).flatten().tolist()
             for p in chosen:
-                if not prompt_tokens[p]:
+                if p not in prompt_tokens:
                     prompt_tokens[p] = render_prompt(self.tokenizer, pool.messages[p])
             requests = [GenerationRequest(prompt_tokens[p], int(plan[p])) for p in chosen]
             sampling = SamplingConfig(
@@ -133,11 +137,12 @@ class RolloutLoop:
             state.round += 1
 
         stats.rounds = state.round
+        stats.extra["prompts_drawn"] = float(state.drawn)
         n = len(completions)
         batch = RolloutBatch(
             pool=pool,
             prompt_index=torch.tensor(rows_prompt, dtype=torch.long),
-            prompt_token_ids=prompt_tokens,
+            prompt_token_ids=[prompt_tokens.get(p, []) for p in range(len(pool))],
             completions=completions,
             rewards=torch.cat(rewards) if rewards else torch.zeros(0),
             round=torch.tensor(rows_round, dtype=torch.long),

@@ -1,0 +1,66 @@
+"""Per-prompt selector state in flat arrays indexed by prompt id.
+
+A million prompts cost a few megabytes per column, and a step's lookups are
+vectorised numpy indexing (DESIGN.md, "Scale"). Columns grow on demand as
+larger prompt ids appear, so selectors need not know the dataset size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class PromptTable:
+    """Named columns of per-prompt values: ``table["z_easy"][ids]``.
+
+    Args:
+        columns: column name -> (dtype, fill value for prompts not seen yet).
+        trailing: column name -> extra trailing shape (e.g. (3, 3) for DPS's Dirichlet counts).
+    """
+
+    def __init__(self, columns: dict[str, tuple[Any, float]], trailing: dict[str, tuple[int, ...]] | None = None) -> None:
+        self._spec = dict(columns)
+        self._trailing = dict(trailing or {})
+        self._data: dict[str, np.ndarray] = {
+            name: np.full((0, *self._trailing.get(name, ())), fill, dtype=dtype) for name, (dtype, fill) in self._spec.items()
+        }
+
+    def __len__(self) -> int:
+        return next(iter(self._data.values())).shape[0] if self._data else 0
+
+    def ensure(self, max_id: int) -> None:
+        """Grow every column to hold ids 0..max_id (amortised doubling)."""
+        n = len(self)
+        if max_id < n:
+            return
+        new_n = max(max_id + 1, 2 * n, 1024)
+        for name, (dtype, fill) in self._spec.items():
+            grown = np.full((new_n, *self._trailing.get(name, ())), fill, dtype=dtype)
+            grown[:n] = self._data[name]
+            self._data[name] = grown
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._data[name]
+
+    def get(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Values of ``name`` at ``ids`` (fill values for ids never seen)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size:
+            self.ensure(int(ids.max()))
+        return self._data[name][ids]
+
+    def set(self, name: str, ids: np.ndarray, values: Any) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size:
+            self.ensure(int(ids.max()))
+        self._data[name][ids] = values
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {name: arr.copy() for name, arr in self._data.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in self._spec:
+            if name in state:
+                self._data[name] = np.array(state[name], dtype=self._spec[name][0])
