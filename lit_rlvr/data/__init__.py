@@ -1,0 +1,22 @@
+"""Prompt data: sources (reasoning-gym, Hugging Face datasets), the data module, validation metrics."""
+
+from lit_rlvr.data.datamodule import PromptDataModule
+from lit_rlvr.data.metrics import MeanAtK, PassAtOne
+from lit_rlvr.data.sources import (
+    VAL_ID_OFFSET,
+    HFDatasetSource,
+    PromptRecord,
+    PromptSource,
+    ReasoningGymSource,
+)
+
+__all__ = [
+    "PromptDataModule",
+    "PromptSource",
+    "PromptRecord",
+    "ReasoningGymSource",
+    "HFDatasetSource",
+    "PassAtOne",
+    "MeanAtK",
+    "VAL_ID_OFFSET",
+]

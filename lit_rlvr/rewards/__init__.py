@@ -1,0 +1,44 @@
+"""Reward functions: reasoning-gym verifiers, math-verify under a hard time limit, callables.
+
+Configure them from YAML by class path, e.g.::
+
+    rewards:
+      - class_path: lit_rlvr.rewards.MathVerifyReward
+        init_args: {timeout_s: 5.0, extraction: tag}
+      - class_path: lit_rlvr.rewards.FormatReward
+        init_args: {weight: 0.1}
+
+``RewardScorer`` runs them over a batch and never lets one failing call stop training.
+"""
+
+from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
+from lit_rlvr.rewards.base import (
+    RewardCallError,
+    RewardFunction,
+    RewardResult,
+    RewardScorer,
+    RewardTimeout,
+)
+from lit_rlvr.rewards.callable import CallableReward
+from lit_rlvr.rewards.format import FormatReward
+from lit_rlvr.rewards.math_verify import MathVerifyReward, verify_math
+from lit_rlvr.rewards.reasoning_gym import ReasoningGymReward
+from lit_rlvr.rewards.timeout import CallOutcome, TimeLimitedCaller, resolve_callable
+
+__all__ = [
+    "ANSWER_MODES",
+    "CallOutcome",
+    "CallableReward",
+    "FormatReward",
+    "MathVerifyReward",
+    "ReasoningGymReward",
+    "RewardCallError",
+    "RewardFunction",
+    "RewardResult",
+    "RewardScorer",
+    "RewardTimeout",
+    "TimeLimitedCaller",
+    "extract_answer",
+    "resolve_callable",
+    "verify_math",
+]

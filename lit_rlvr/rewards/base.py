@@ -10,10 +10,25 @@ that function and is counted.
 from __future__ import annotations
 
 import abc
+import logging
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
+from lit_rlvr.rewards.timeout import error_summary
+
+if TYPE_CHECKING:  # imported where used, so worker processes that only score stay light
+    import torch
+
+log = logging.getLogger(__name__)
+
+
+class RewardTimeout(Exception):
+    """Raised (or returned by ``score_batch``) for a call that hit its time limit."""
+
+
+class RewardCallError(Exception):
+    """A reward call failed somewhere we only have a message for (e.g. in a worker process)."""
 
 
 class RewardFunction(abc.ABC):
@@ -32,6 +47,30 @@ class RewardFunction(abc.ABC):
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
         """Reward of ``completion`` for a prompt with reference ``answer``."""
 
+    def score_batch(
+        self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
+    ) -> list[float | BaseException]:
+        """Scores of a batch: one float per completion, or the exception its call raised.
+
+        The default calls ``score`` per completion. Functions that run in a worker
+        process override it to send the whole batch in one round trip. An item
+        that timed out is a ``RewardTimeout`` instance. Never raises for one
+        item's failure.
+        """
+        out: list[float | BaseException] = []
+        for c, a, m in zip(completions, answers, metadata):
+            try:
+                out.append(self.score(c, a, m))
+            except Exception as e:
+                out.append(e)
+        return out
+
+    def close(self) -> None:
+        """Release worker processes or other resources (a later call may start them again)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, weight={self.weight})"
+
 
 @dataclass
 class RewardResult:
@@ -45,3 +84,114 @@ class RewardResult:
     """Calls that raised (each scored 0)."""
     timeouts: int = 0
     """Calls that hit their time limit (each scored 0)."""
+
+
+class RewardScorer:
+    """Runs every reward function over a batch and sums the weighted scores.
+
+    One bad call never stops training: a call that raises, returns a non-finite
+    value, or times out scores 0 for that function on that completion and is
+    counted in ``RewardResult.errors`` / ``RewardResult.timeouts``; the other
+    completions and functions score normally. The first few failures of each
+    function are logged with a traceback summary, later ones only at
+    10, 100, 1000, ... so a systematic bug is visible without flooding the log.
+
+    Args:
+        functions: the reward functions; at least one, with distinct ``name``s.
+        log_first: failures per function logged in full before rate limiting.
+    """
+
+    def __init__(self, functions: Sequence[RewardFunction], log_first: int = 3) -> None:
+        functions = list(functions)
+        if not functions:
+            raise ValueError("RewardScorer needs at least one reward function")
+        for f in functions:
+            if not isinstance(f, RewardFunction):
+                raise TypeError(f"reward functions must subclass RewardFunction, got {type(f).__name__}")
+            if not math.isfinite(f.weight):
+                raise ValueError(f"reward {f.name!r} has a non-finite weight {f.weight}")
+        seen: dict[str, RewardFunction] = {}
+        for f in functions:
+            if f.name in seen:
+                raise ValueError(
+                    f"two reward functions are named {f.name!r} ({type(seen[f.name]).__name__} and "
+                    f"{type(f).__name__}); names key the logged reward components, so they must be "
+                    f"distinct: set a distinct `name` in one of them (init_args: {{name: {f.name}_2}})"
+                )
+            seen[f.name] = f
+        self.functions = functions
+        self.log_first = int(log_first)
+        self.error_counts: dict[str, int] = {f.name: 0 for f in functions}
+        """Cumulative calls that raised, per function name."""
+        self.timeout_counts: dict[str, int] = {f.name: 0 for f in functions}
+        """Cumulative calls that timed out, per function name."""
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.functions]
+
+    def score(
+        self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
+    ) -> RewardResult:
+        """Score N completions (with their prompts' answers and metadata) with every function."""
+        import torch
+
+        n = len(completions)
+        if len(answers) != n or len(metadata) != n:
+            raise ValueError(
+                f"completions, answers and metadata differ in length: {n}, {len(answers)}, {len(metadata)}"
+            )
+        total = torch.zeros(n, dtype=torch.float32)
+        components: dict[str, torch.Tensor] = {}
+        errors = timeouts = 0
+        for fn in self.functions:
+            try:
+                raw = list(fn.score_batch(completions, answers, metadata))
+                if len(raw) != n:
+                    raise RuntimeError(f"score_batch returned {len(raw)} scores for {n} completions")
+            except Exception:  # a broken batch method: fall back to per-item calls
+                raw = RewardFunction.score_batch(fn, completions, answers, metadata)
+            scores = torch.zeros(n, dtype=torch.float32)
+            for i, r in enumerate(raw):
+                if isinstance(r, RewardTimeout):
+                    timeouts += 1
+                    self._record(fn.name, self.timeout_counts, "timed out", r)
+                    continue
+                if isinstance(r, BaseException):
+                    errors += 1
+                    self._record(fn.name, self.error_counts, "raised", r)
+                    continue
+                try:
+                    value = float(r)
+                except Exception as e:
+                    errors += 1
+                    self._record(fn.name, self.error_counts, "returned a non-number", e)
+                    continue
+                if not math.isfinite(value):
+                    errors += 1
+                    self._record(fn.name, self.error_counts, "returned a non-finite score", ValueError(repr(value)))
+                    continue
+                scores[i] = value
+            components[fn.name] = scores
+            total += fn.weight * scores
+        return RewardResult(total=total, components=components, errors=errors, timeouts=timeouts)
+
+    __call__ = score
+
+    def close(self) -> None:
+        """Stop the functions' worker processes (they restart on the next call)."""
+        for fn in self.functions:
+            fn.close()
+
+    def _record(self, name: str, counts: dict[str, int], what: str, exc: BaseException) -> None:
+        counts[name] += 1
+        k = counts[name]
+        if k <= self.log_first:
+            log.warning("reward %r %s (scored 0): %s", name, what, error_summary(exc))
+            if k == self.log_first:
+                log.warning(
+                    "reward %r: further failures of this kind are scored 0 and counted, "
+                    "logged only at 10, 100, 1000, ...", name
+                )
+        elif k >= 10 and str(k).rstrip("0") == "1":
+            log.warning("reward %r %s %d times so far (each scored 0); last: %s", name, what, k, error_summary(exc))

@@ -1,0 +1,214 @@
+"""MoPPS: Model Predictive Prompt Selection (arXiv 2507.04632; reference code thu-rllab/MoPPS).
+
+Each prompt x carries a Beta(α_x, β_x) posterior over its success rate under the
+current policy. Before rollout, from a candidate pool of τ·B prompts:
+
+    r̂_x ~ Beta(α_x, β_x)                 (Thompson sample, one per candidate)
+    keep the B candidates with the smallest (r̂_x − 0.5)²
+
+After rollout, for the rolled-out prompts only, with success rate s over n rollouts:
+
+    α_x ← λ α_x + (1 − λ) α0 + n·s
+    β_x ← λ β_x + (1 − λ) β0 + n·(1 − s)
+
+with α0 = β0 = 1. λ = 1 (no forgetting) is the paper's MATH setting and the default;
+the paper uses λ = 0.5 on Countdown (``decay: 0.5``).
+
+The candidate pool size τ is the data module's ``data.pool_multiple`` (the pool holds
+``ceil(pool_multiple · B)`` prompts): τ = 16 on MATH, 8 on Countdown in the paper. With
+``pool_multiple: 1`` MoPPS keeps every prompt and only learns (a warning says so at setup).
+
+Implementation notes:
+
+* **Seeded Beta draws.** ``torch.distributions.Beta`` takes no generator, so r̂ is drawn
+  as X/(X+Y) with X ~ Gamma(α), Y ~ Gamma(β) from ``torch._standard_gamma`` using
+  ``seeded_generator(seed, step, prompt_id, "mopps")``: every rank and a resumed run
+  draw the same r̂ for the same prompt at the same step, whatever else is in the pool.
+* **Success.** A rollout succeeds when its total reward is ≥ ``success_threshold``
+  (default 1.0, the accuracy reward's "correct"); ``success_threshold: null`` uses
+  the group's mean reward clipped to [0, 1] as s (the reference code's mean accuracy,
+  for continuous rewards).
+* **Which prompts update.** Every prompt with rollouts this step (all its rollouts,
+  kept or not), gathered from every rank. A prompt rolled out on two ranks in one step
+  is one observation over its pooled rollouts (decayed once).
+* Ties in (r̂ − 0.5)² (measure zero) fall back to pool order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any, Optional
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, group_observations, seeded_generator
+from lit_rlvr.callbacks.state import PromptTable
+from lit_rlvr.types import PromptPool, RolloutBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lit_rlvr.module import GRPOModule
+
+log = logging.getLogger(__name__)
+
+
+def group_success(batch: RolloutBatch, success_threshold: Optional[float]) -> torch.Tensor:
+    """[K, 3] float64 rows (prompt id, n rollouts, successes) per rolled-out prompt of ``batch``.
+
+    A rollout succeeds when its reward is ≥ ``success_threshold`` (−1e-6 slack); with
+    ``None`` each rollout contributes its reward clipped to [0, 1] (fractional successes).
+    """
+    if success_threshold is None:
+        success = batch.rewards.double().clamp(0.0, 1.0)
+    else:
+        success = (batch.rewards.double() >= success_threshold - 1e-6).double()
+    obs = group_observations(dataclasses.replace(batch, rewards=success))  # [K, 4] (id, n, sum, min==max)
+    return obs[:, :3]
+
+
+def merge_rows(rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sum the (n, successes) of rows that share a prompt id: (ids [U] int64, n [U], successes [U])."""
+    arr = rows.double().numpy().reshape(-1, 3)
+    ids, inverse = np.unique(arr[:, 0].astype(np.int64), return_inverse=True)
+    n = np.zeros(len(ids))
+    succ = np.zeros(len(ids))
+    np.add.at(n, inverse, arr[:, 1])
+    np.add.at(succ, inverse, arr[:, 2])
+    return ids, n, succ
+
+
+def table_state(table: PromptTable) -> dict[str, torch.Tensor]:
+    """A PromptTable's columns as tensors (safe under ``torch.load(weights_only=True)``)."""
+    return {k: torch.from_numpy(v) for k, v in table.state_dict().items()}
+
+
+def beta_thompson(alpha: np.ndarray, beta: np.ndarray, ids: np.ndarray, seed: int, step: int, salt: str) -> np.ndarray:
+    """[K] r̂ ~ Beta(alpha, beta), each drawn from ``seeded_generator(seed, step, id, salt)`` (two Gamma draws)."""
+    out = np.empty(len(ids))
+    for k, pid in enumerate(ids.tolist()):
+        g = seeded_generator(seed, step, int(pid), salt)
+        x = torch._standard_gamma(torch.tensor([alpha[k], beta[k]], dtype=torch.float64), generator=g)
+        total = float(x.sum())
+        out[k] = float(x[0]) / total if total > 0 else 0.5
+    return out
+
+
+class MoPPS(PromptSelector):
+    """Thompson-sample each candidate's success rate from its Beta posterior; keep the B closest to 0.5.
+
+    Args:
+        decay: λ, weight of the old posterior at each update (1.0: no forgetting, the paper's
+            MATH setting; the paper uses 0.5 on Countdown). The rest, 1 − λ, is pulled to the prior.
+        prior_alpha: α0 of the Beta prior (1.0: uniform).
+        prior_beta: β0 of the Beta prior (1.0: uniform).
+        success_threshold: a rollout succeeds when its reward is ≥ this (1.0); null uses the
+            mean reward clipped to [0, 1] as the success rate (continuous rewards).
+    """
+
+    def __init__(
+        self,
+        decay: float = 1.0,
+        prior_alpha: float = 1.0,
+        prior_beta: float = 1.0,
+        success_threshold: Optional[float] = 1.0,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= decay <= 1.0:
+            raise ValueError(f"MoPPS: `decay` (λ) must be in [0, 1], got {decay!r}")
+        if prior_alpha <= 0 or prior_beta <= 0:
+            raise ValueError(f"MoPPS: `prior_alpha` and `prior_beta` must be > 0, got {prior_alpha!r}, {prior_beta!r}")
+        self.decay = float(decay)
+        self.prior_alpha = float(prior_alpha)
+        self.prior_beta = float(prior_beta)
+        self.success_threshold = None if success_threshold is None else float(success_threshold)
+        self.table = PromptTable(
+            {"alpha": (np.float64, self.prior_alpha), "beta": (np.float64, self.prior_beta), "updates": (np.int64, 0)}
+        )
+        self.updates = 0
+        """Posterior updates (steps observed) so far."""
+        self._metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ setup and state
+
+    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+        dm = getattr(trainer, "datamodule", None) if trainer is not None else None
+        multiple = getattr(dm, "pool_multiple", None)
+        if multiple is not None and multiple <= 1.0:
+            log.warning(
+                "MoPPS selects B prompts from a candidate pool of data.pool_multiple × B, but data.pool_multiple = %s: "
+                "it will keep every prompt (set data.pool_multiple to τ, e.g. 16 as in the paper on MATH, 8 on Countdown).",
+                multiple,
+            )
+
+    def _state_key_fields(self) -> dict[str, Any]:
+        return {"prior_alpha": self.prior_alpha, "prior_beta": self.prior_beta, "success_threshold": self.success_threshold}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"table": table_state(self.table), "updates": self.updates}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.table.load_state_dict(state_dict.get("table", {}))
+        self.updates = int(state_dict.get("updates", 0))
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
+
+    # ------------------------------------------------------------------ posterior
+
+    def posterior(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(α [K], β [K]) of prompt ids (the prior for ids never observed)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return self.table.get("alpha", ids).copy(), self.table.get("beta", ids).copy()
+
+    def update(self, ids: np.ndarray, n: np.ndarray, successes: np.ndarray) -> None:
+        """α ← λα + (1−λ)α0 + n·s;  β ← λβ + (1−λ)β0 + n(1−s), for distinct ``ids`` (n·s = successes)."""
+        if len(ids) == 0:
+            return
+        lam = self.decay
+        a, b = self.posterior(ids)
+        self.table.set("alpha", ids, lam * a + (1 - lam) * self.prior_alpha + successes)
+        self.table.set("beta", ids, lam * b + (1 - lam) * self.prior_beta + (n - successes))
+        self.table.set("updates", ids, self.table.get("updates", ids) + 1)
+
+    # ------------------------------------------------------------------ hooks
+
+    def select(self, pool: PromptPool, step: int, seed: int) -> None:
+        """Narrow ``pool.keep`` to the B eligible candidates whose Thompson sample is closest to 0.5."""
+        eligible = np.asarray(pool.eligible(), dtype=np.int64)
+        B = pool.batch_size
+        ids = pool.ids.numpy()[eligible]
+        a, b = self.posterior(ids)
+        r_hat = beta_thompson(a, b, ids, seed, step, "mopps")  # [E]
+        score = (r_hat - 0.5) ** 2
+        order = np.argsort(score, kind="stable")[:B]
+        chosen = eligible[order]
+        if len(eligible) > B:
+            keep = torch.zeros(len(pool), dtype=torch.bool)
+            keep[torch.from_numpy(chosen)] = True
+            pool.keep &= keep
+        self._metrics = {
+            "candidates": float(len(eligible)),
+            "selected": float(len(chosen)),
+            "r_hat_selected_mean": float(r_hat[order].mean()) if len(chosen) else 0.0,
+            "posterior_mean_selected": float((a / (a + b))[order].mean()) if len(chosen) else 0.0,
+            "posterior_mean_candidates": float((a / (a + b)).mean()) if len(eligible) else 0.0,
+        }
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: Any, batch_idx: int) -> None:
+        if isinstance(batch, PromptPool):
+            self.select(batch, int(pl_module.steps_done), int(pl_module.seed))
+
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+        rows = gather_rows(trainer, group_success(batch, self.success_threshold))  # [K, 3] from every rank
+        ids, n, succ = merge_rows(rows)
+        self.update(ids, n, succ)
+        self.updates += 1
+        self._metrics.update(
+            {
+                "updated": float(len(ids)),
+                "success_rate_observed": float(succ.sum() / n.sum()) if n.sum() > 0 else 0.0,
+                "prompts_tracked": float(int((self.table["updates"] > 0).sum())),
+            }
+        )

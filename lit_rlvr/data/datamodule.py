@@ -1,0 +1,333 @@
+"""``PromptDataModule``: serves one ``PromptPool`` per training step, forever.
+
+Training stream. Let ``P = ceil(pool_multiple * B)`` be the pool size and ``N``
+the number of train prompts. Epoch ``e`` is a permutation of the train ids drawn
+from a ``torch.Generator`` seeded by ``(seed, e)``; it is cut into ``N // P``
+pools of ``P`` consecutive ids (the last ``N mod P`` ids of each permutation are
+left out of that epoch, as with ``drop_last=True``, so a pool never holds the
+same id twice; later permutations cover them). Pool ``k`` is therefore a pure
+function of ``(seed, k)``: ``pool_ids(k)`` computes it directly, without
+iterating, and ``epoch_of(k)`` says which epoch it belongs to. The stream has no
+length: bound the run with ``Trainer(max_steps=...)``.
+
+Resume. The data position is the number of pools consumed (= training batches
+processed). While a trainer fits, it is read from the trainer's own batch
+counter, ``trainer.fit_loop.epoch_loop.batch_progress.total.processed``, which
+Lightning restores from the checkpoint (``restore_training_state`` ->
+``restore_loops``) *before* ``fit_loop.setup_data`` asks for
+``train_dataloader()`` and calls ``iter()`` on it. Each ``iter()`` of the stream
+starts at that count, so a resumed run receives exactly the pools an
+uninterrupted run would have, including after an epoch boundary set by
+``limit_train_batches``, and a pool that was prefetched but never trained on is
+served again. ``trainer.global_step`` is *not* used: it counts optimizer steps,
+which differ from pools as soon as a step makes several optimizer updates
+(PPO-style mini-batches, ``accumulate_grad_batches``). ``state_dict()`` reports
+``{"pools_consumed": ...}`` (Lightning stores it in the checkpoint);
+``load_state_dict`` sets the position used when no trainer is attached. The
+training ``DataLoader`` exposes the same pair, which tells Lightning the stream
+is resumable mid-epoch (otherwise it warns on every resume of an infinite stream).
+
+Ranks. Every rank receives the same pool (the stream is an ``IterableDataset``,
+so Lightning adds no ``DistributedSampler``): selectors on every rank see the
+same candidates and make the same choice; the module splits rollout work across
+ranks. Validation is an ordinary map-style loader, which Lightning shards
+across ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any, Iterator, Optional
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from lit_rlvr.data.sources import PromptRecord, PromptSource
+from lit_rlvr.types import PromptPool
+
+__all__ = ["PromptDataModule"]
+
+_DRAW_SALT = 0x5EED_D4A3  # separates draw() streams from epoch permutations
+
+
+def _derived_seed(*parts: int) -> int:
+    """A well-mixed 63-bit seed from a tuple of non-negative ints (numpy SeedSequence)."""
+    state = np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0]
+    return int(state >> np.uint64(1))
+
+
+class _TrainPoolStream(IterableDataset):
+    """Infinite stream of train pools (as record lists) starting at the data module's position."""
+
+    def __init__(self, dm: "PromptDataModule") -> None:
+        self.dm = dm
+
+    def __iter__(self) -> Iterator[list[PromptRecord]]:
+        start = self.dm._position()  # read now: Lightning calls iter() after restoring its loops
+        return self._gen(start)
+
+    def _gen(self, k: int) -> Iterator[list[PromptRecord]]:
+        records = self.dm._train
+        while True:
+            ids = self.dm.pool_ids(k).tolist()
+            self.dm._cursor = k + 1
+            yield [records[i] for i in ids]
+            k += 1
+
+
+class _TrainPoolLoader(DataLoader):
+    """The training ``DataLoader``, resumable in Lightning's sense (``state_dict``/``load_state_dict``).
+
+    The position itself comes from the trainer's restored batch counter, so the
+    loader state is informational; being stateful tells Lightning the stream
+    resumes mid-"epoch" (an infinite stream is always mid-epoch) and keeps it from
+    warning that the run cannot be resumed reliably.
+    """
+
+    def __init__(self, dm: "PromptDataModule") -> None:
+        super().__init__(_TrainPoolStream(dm), batch_size=None, collate_fn=dm.collate_train, num_workers=0)
+        self._dm = dm
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._dm.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._dm.load_state_dict(state_dict)
+
+
+class PromptDataModule(L.LightningDataModule):
+    """Serves ``PromptPool`` candidates for training and validation from a ``PromptSource``.
+
+    Each training batch is one step's candidate pool of ``ceil(pool_multiple * B)``
+    prompts, with ``batch_size = B``: pre-rollout selectors narrow it to the B
+    prompts worth rolling out, or an allocator admits more from it. The stream
+    is infinite and deterministic (pool ``k`` depends only on ``seed`` and ``k``)
+    and resumes exactly from a checkpoint; see the module docstring.
+
+    Args:
+        source: where prompts come from (``ReasoningGymSource``, ``HFDatasetSource``,
+            or any ``PromptSource``; in YAML by ``class_path``).
+        batch_size: B, the prompt groups one training step trains on.
+        pool_multiple: the candidate pool holds ``ceil(pool_multiple * B)`` prompts;
+            1 serves exactly B, larger values give selectors prompts to choose from. >= 1.
+        val_batch_size: prompts per validation batch.
+        system_prompt: system message put before every prompt; empty: no system turn.
+            (reasoning-gym's answer-tag prompt is ``reasoning_gym.utils.SYSTEM_PROMPTS["default"]``.
+            A ``str``, not ``Optional[str]``: the CLI's parser reads an ``Optional[str]``
+            value starting with ``#``, e.g. a markdown heading, as a YAML comment, i.e. None.)
+        prompt_template: the user turn, a ``str.format`` template with a ``{question}``
+            field (write literal braces as ``{{`` and ``}}``).
+        seed: seed of the epoch permutations (and of ``draw``).
+    """
+
+    def __init__(
+        self,
+        source: PromptSource,
+        batch_size: int = 8,
+        pool_multiple: float = 1.0,
+        val_batch_size: int = 64,
+        system_prompt: str = "",
+        prompt_template: str = "{question}",
+        seed: int = 42,
+    ) -> None:
+        super().__init__()
+        if not isinstance(source, PromptSource):
+            raise TypeError(f"PromptDataModule: `source` must be a PromptSource, got {type(source).__name__}")
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"PromptDataModule: `batch_size` must be an integer >= 1, got {batch_size!r}")
+        if not (pool_multiple >= 1.0) or not math.isfinite(pool_multiple):
+            raise ValueError(
+                f"PromptDataModule: `pool_multiple` must be >= 1 (the pool holds ceil(pool_multiple * batch_size) "
+                f"prompts, at least one per trained group), got {pool_multiple!r}; set data.pool_multiple: 1.0 "
+                f"or more"
+            )
+        if int(val_batch_size) != val_batch_size or val_batch_size < 1:
+            raise ValueError(f"PromptDataModule: `val_batch_size` must be an integer >= 1, got {val_batch_size!r}")
+        if int(seed) != seed or seed < 0:
+            raise ValueError(f"PromptDataModule: `seed` must be an integer >= 0, got {seed!r}")
+        self._check_template(prompt_template)
+        self.source = source
+        self.batch_size = int(batch_size)
+        self.pool_multiple = float(pool_multiple)
+        self.val_batch_size = int(val_batch_size)
+        self.system_prompt = system_prompt or ""
+        self.prompt_template = prompt_template
+        self.seed = int(seed)
+        # round() guards float noise: 1.1 * 10 = 11.000000000000002 must give 11, not 12
+        self.pool_size = math.ceil(round(self.pool_multiple * self.batch_size, 9))
+        """P: prompts per training pool, ``ceil(pool_multiple * batch_size)``."""
+
+        self._train: Optional[list[PromptRecord]] = None
+        self._val: Optional[list[PromptRecord]] = None
+        self._cursor = 0  # pools yielded / restored position, used when no trainer is fitting
+        self._perms: OrderedDict[int, torch.Tensor] = OrderedDict()
+
+    @staticmethod
+    def _check_template(template: str) -> None:
+        sentinel = "\x00QUESTION\x00"
+        try:
+            rendered = template.format(question=sentinel)
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
+            raise ValueError(
+                f"PromptDataModule: `prompt_template` {template!r} is not a format string whose only field is "
+                f"'{{question}}' ({type(e).__name__}: {e}); write literal braces as '{{{{' and '}}}}'"
+            ) from e
+        if sentinel not in rendered:
+            raise ValueError(
+                f"PromptDataModule: `prompt_template` must contain the field '{{question}}', got {template!r}"
+            )
+
+    # ------------------------------------------------------------------ data
+    def setup(self, stage: Optional[str] = None) -> None:
+        """Load both splits from the source (cached by the source) and check the pool fits."""
+        if self._train is not None:
+            return
+        train = self.source.load("train")
+        val = self.source.load("validation")
+        if self.pool_size > len(train):
+            raise ValueError(
+                f"PromptDataModule: the pool of ceil(pool_multiple * batch_size) = {self.pool_size} prompts "
+                f"is larger than the train split ({len(train)} prompts); lower data.pool_multiple or "
+                f"data.batch_size, or use a larger source"
+            )
+        self._train, self._val = train, val
+
+    @property
+    def train_records(self) -> list[PromptRecord]:
+        """Train records; ``train_records[i].id == i``."""
+        self.setup()
+        return self._train  # type: ignore[return-value]
+
+    @property
+    def val_records(self) -> list[PromptRecord]:
+        """Validation records in order."""
+        self.setup()
+        return self._val  # type: ignore[return-value]
+
+    @property
+    def num_train(self) -> int:
+        """N: train prompts (train ids are ``0..N-1``; size flat per-prompt arrays with it)."""
+        return len(self.train_records)
+
+    @property
+    def pools_per_epoch(self) -> int:
+        """Pools cut from one epoch permutation: ``N // P``."""
+        return self.num_train // self.pool_size
+
+    # ----------------------------------------------------------- pool indexing
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        perm = self._perms.get(epoch)
+        if perm is None:
+            g = torch.Generator().manual_seed(_derived_seed(self.seed, epoch))
+            perm = torch.randperm(self.num_train, generator=g)
+            self._perms[epoch] = perm
+            while len(self._perms) > 2:
+                self._perms.popitem(last=False)
+        return perm
+
+    def epoch_of(self, k: int) -> int:
+        """The epoch (permutation index) pool ``k`` is cut from."""
+        if k < 0:
+            raise ValueError(f"pool index must be >= 0, got {k}")
+        return k // self.pools_per_epoch
+
+    def pool_ids(self, k: int) -> torch.Tensor:
+        """[P] int64 train ids of pool ``k``: a pure function of ``(seed, k)``."""
+        epoch = self.epoch_of(k)
+        j = k % self.pools_per_epoch
+        return self._permutation(epoch)[j * self.pool_size : (j + 1) * self.pool_size].clone()
+
+    def pool(self, k: int) -> PromptPool:
+        """Training pool ``k`` as the data loader serves it."""
+        return self.collate_train([self.train_records[i] for i in self.pool_ids(k).tolist()])
+
+    def draw(self, n: int, key: int, exclude: Optional[torch.Tensor | list[int]] = None) -> PromptPool:
+        """``n`` train prompts outside ``exclude``, a pure function of ``(seed, key, exclude)``.
+
+        For allocators that admit prompts beyond the step's pool. Pass the step
+        (or step and round, combined into one int) as ``key`` so every rank and a
+        resumed run draw the same prompts. The result's ``batch_size`` is ``n``.
+        """
+        excluded = set(torch.as_tensor(exclude if exclude is not None else [], dtype=torch.long).tolist())
+        if n < 0 or n > self.num_train - len(excluded):
+            raise ValueError(f"draw: cannot draw {n} prompts from {self.num_train - len(excluded)} not excluded")
+        g = torch.Generator().manual_seed(_derived_seed(self.seed, _DRAW_SALT, int(key)))
+        perm = torch.randperm(self.num_train, generator=g).tolist()
+        ids = [i for i in perm if i not in excluded][:n]
+        return self._collate([self.train_records[i] for i in ids], batch_size=n)
+
+    # ---------------------------------------------------------------- collate
+    def messages_for(self, question: str) -> list[dict[str, str]]:
+        """The chat messages of one prompt: optional system turn, then the templated user turn."""
+        msgs = []
+        if self.system_prompt:
+            msgs.append({"role": "system", "content": self.system_prompt})
+        msgs.append({"role": "user", "content": self.prompt_template.format(question=question)})
+        return msgs
+
+    def _collate(self, records: list[PromptRecord], batch_size: int) -> PromptPool:
+        return PromptPool(
+            ids=torch.tensor([r.id for r in records], dtype=torch.long),
+            messages=[self.messages_for(r.question) for r in records],
+            answers=[r.answer for r in records],
+            metadata=[dict(r.metadata) for r in records],
+            batch_size=batch_size,
+        )
+
+    def collate_train(self, records: list[PromptRecord]) -> PromptPool:
+        """A training pool: ``batch_size`` is B."""
+        return self._collate(records, batch_size=self.batch_size)
+
+    def collate_val(self, records: list[PromptRecord]) -> PromptPool:
+        """A validation batch: ``batch_size`` is its length (every prompt is evaluated)."""
+        return self._collate(records, batch_size=len(records))
+
+    # ------------------------------------------------------------- loaders
+    def train_dataloader(self) -> DataLoader:
+        """The infinite training stream (no ``__len__``; bound the run with ``max_steps``)."""
+        self.setup()
+        return _TrainPoolLoader(self)
+
+    def val_dataloader(self) -> DataLoader:
+        """Validation prompts in order, ``val_batch_size`` per pool."""
+        self.setup()
+        return DataLoader(
+            self.val_records,
+            batch_size=self.val_batch_size,
+            shuffle=False,
+            collate_fn=self.collate_val,
+            num_workers=0,
+        )
+
+    # --------------------------------------------------------------- resume
+    def _trainer_pools_consumed(self) -> Optional[int]:
+        """Training batches the attached trainer has processed, or None without a trainer."""
+        trainer = self.trainer
+        if trainer is None:
+            return None
+        try:
+            return int(trainer.fit_loop.epoch_loop.batch_progress.total.processed)
+        except AttributeError:  # pragma: no cover - a Lightning without these loop counters
+            return int(trainer.global_step)
+
+    def _position(self) -> int:
+        """Index of the next pool to serve."""
+        from_trainer = self._trainer_pools_consumed()
+        return self._cursor if from_trainer is None else from_trainer
+
+    @property
+    def pools_consumed(self) -> int:
+        """Pools trained on so far (with a trainer) or served so far (without one)."""
+        return self._position()
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"pools_consumed": n}``: the data position; Lightning saves it in checkpoints."""
+        return {"pools_consumed": self._position()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the position (used directly when no trainer is attached; a fitting
+        trainer's restored batch counter gives the same number)."""
+        self._cursor = int(state_dict.get("pools_consumed", 0))

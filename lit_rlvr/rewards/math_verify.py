@@ -1,0 +1,134 @@
+"""Math correctness with Hugging Face ``math-verify``, under a hard time limit."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional, Sequence
+
+from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
+from lit_rlvr.rewards.base import RewardCallError, RewardFunction, RewardTimeout
+from lit_rlvr.rewards.timeout import TimeLimitedCaller
+
+_SILENCED = False
+
+
+def _silence_math_verify() -> None:
+    """math-verify warns once that its signal-based timeout is off; ours replaces it."""
+    global _SILENCED
+    if not _SILENCED:
+        import math_verify.grader
+        import math_verify.parser
+
+        math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+        math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+        _SILENCED = True
+
+
+def _parse(text: str) -> list:
+    """``math_verify.parse`` without its signal-based timeout; retries LaTeX in ``$...$``.
+
+    A bare ``\\frac{1}{2}`` or ``x+1`` without math delimiters is not found by
+    math-verify's LaTeX extractor, so an empty parse is retried inside ``$...$``.
+    """
+    from math_verify import parse
+
+    parsed = parse(text, parsing_timeout=None)
+    if not parsed and "$" not in text:
+        parsed = parse(f"${text}$", parsing_timeout=None)
+    return parsed
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_gold(gold: str) -> list:
+    return _parse(gold)  # GRPO scores G completions per reference: parse it once
+
+
+def verify_math(gold: str, prediction: str) -> bool:
+    """True when ``prediction`` is mathematically equal to ``gold`` per math-verify.
+
+    Runs math-verify with its own (signal-based) timeouts disabled, so it works
+    in any thread; it can therefore hang on pathological input, and
+    ``MathVerifyReward`` runs it in a time-limited worker process.
+    """
+    from math_verify import verify
+
+    _silence_math_verify()
+    gold_parsed = _parse_gold(gold)
+    if not gold_parsed:
+        return False
+    pred_parsed = _parse(prediction)
+    if not pred_parsed:
+        return False
+    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
+
+
+class MathVerifyReward(RewardFunction):
+    """1.0 when the completion's answer equals the reference mathematically, else 0.0.
+
+    Uses ``math-verify`` (the verifier of Open-R1 and TRL's math rewards): it
+    parses LaTeX and plain expressions into SymPy and compares them, so
+    ``\\frac{1}{2}`` matches ``0.5``. The answer is taken from the completion with
+    ``extract_answer(completion, extraction)``; if that finds nothing, the
+    whole completion is given to math-verify, whose own extractor looks for a
+    ``\\boxed{}`` or a final number. Parsing and comparison run in a worker
+    process with a hard time limit, because SymPy can hang on inputs such as
+    ``10^{10^{10^{10}}}``; a call that overruns scores 0 and is counted as a
+    timeout.
+
+    Args:
+        timeout_s: hard time limit, in seconds, on scoring one completion.
+        extraction: how to find the answer in the completion: ``"tag"``
+            (last ``<answer>...</answer>``), ``"last_line"``, ``"full"`` or
+            ``"last_number"``.
+        weight: multiplier of this score in the total reward.
+        name: key of this reward in logs; must differ from the other rewards'.
+    """
+
+    name = "math_verify"
+
+    def __init__(
+        self,
+        timeout_s: float = 5.0,
+        extraction: str = "tag",
+        weight: float = 1.0,
+        name: Optional[str] = None,
+    ) -> None:
+        super().__init__(weight=weight)
+        if name is not None:
+            self.name = name
+        if extraction not in ANSWER_MODES:
+            raise ValueError(f"MathVerifyReward: extraction must be one of {ANSWER_MODES}, got {extraction!r}")
+        self.timeout_s = float(timeout_s)
+        self.extraction = extraction
+        self._caller = TimeLimitedCaller(
+            verify_math, self.timeout_s, preload=("math_verify",), warmup=("1", "\\frac{1}{2}")
+        )
+
+    def prediction(self, completion: str) -> str:
+        """The text handed to math-verify: the extracted answer, else the whole completion."""
+        extracted = extract_answer(completion, self.extraction)
+        return completion if extracted is None else extracted
+
+    def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
+        r = self.score_batch([completion], [answer], [metadata])[0]
+        if isinstance(r, BaseException):
+            raise r
+        return r
+
+    def score_batch(
+        self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
+    ) -> list[float | BaseException]:
+        args = [(str(a), self.prediction(c or "")) for c, a in zip(completions, answers)]
+        out: list[float | BaseException] = []
+        for res in self._caller.call_many(args):
+            if res.timed_out:
+                out.append(RewardTimeout(f"math-verify took longer than {self.timeout_s:g} s"))
+            elif not res.ok:
+                out.append(RewardCallError(str(res.value)))
+            else:
+                out.append(1.0 if res.value else 0.0)
+        return out
+
+    def close(self) -> None:
+        """Stop the worker process (it restarts on the next call)."""
+        self._caller.close()

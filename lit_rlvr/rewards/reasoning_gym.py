@@ -1,0 +1,141 @@
+"""Correctness of reasoning-gym tasks, scored by reasoning-gym's own verifiers."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
+from lit_rlvr.rewards.base import RewardCallError, RewardFunction, RewardTimeout
+from lit_rlvr.rewards.timeout import TimeLimitedCaller
+
+_SCORERS: dict[str, Callable[..., float]] = {}
+
+
+def _scorer(dataset: str) -> Callable[..., float]:
+    """reasoning-gym's ``score_answer`` of a dataset, built once per process.
+
+    ``get_score_answer_fn`` instantiates the dataset with its default config,
+    which some tasks make expensive, so it is cached.
+    """
+    fn = _SCORERS.get(dataset)
+    if fn is None:
+        import reasoning_gym
+
+        fn = reasoning_gym.get_score_answer_fn(dataset)
+        _SCORERS[dataset] = fn
+    return fn
+
+
+def score_reasoning_gym(dataset: str, extracted: str, entry: dict[str, Any]) -> float:
+    """reasoning-gym's score of ``extracted`` for ``entry`` (``question``, ``answer``, ``metadata``)."""
+    return float(_scorer(dataset)(answer=extracted, entry=entry))
+
+
+class ReasoningGymReward(RewardFunction):
+    """Scores a completion with the verifier of the reasoning-gym task it came from.
+
+    Every reasoning-gym dataset ships a ``score_answer(answer, entry)`` that
+    knows its task (exact match, numeric tolerance, a solver for puzzles,
+    partial credit); this reward extracts the answer from the completion and
+    calls it. The task is read from ``metadata["source_dataset"]``, which every
+    reasoning-gym entry's metadata carries, so one reward serves a mixture of
+    tasks. The entry handed to the verifier is rebuilt from the prompt's
+    reference ``answer`` and ``metadata`` (plus ``metadata["question"]`` when
+    present). No answer found scores 0.0.
+
+    Args:
+        extraction: how to find the answer in the completion: ``"tag"``
+            (last ``<answer>...</answer>``), ``"last_line"``, ``"full"`` or
+            ``"last_number"``.
+        dataset: task name to use when an entry's metadata has no
+            ``source_dataset``.
+        timeout_s: optional hard time limit, in seconds, per completion; when
+            set, verifiers run in a worker process (metadata must be picklable).
+        weight: multiplier of this score in the total reward.
+        name: key of this reward in logs; must differ from the other rewards'.
+    """
+
+    name = "reasoning_gym"
+
+    def __init__(
+        self,
+        extraction: str = "tag",
+        dataset: Optional[str] = None,
+        timeout_s: Optional[float] = None,
+        weight: float = 1.0,
+        name: Optional[str] = None,
+    ) -> None:
+        super().__init__(weight=weight)
+        if name is not None:
+            self.name = name
+        if extraction not in ANSWER_MODES:
+            raise ValueError(f"ReasoningGymReward: extraction must be one of {ANSWER_MODES}, got {extraction!r}")
+        self.extraction = extraction
+        self.dataset = dataset
+        self.timeout_s = None if timeout_s is None else float(timeout_s)
+        self._caller = (
+            None
+            if self.timeout_s is None
+            else TimeLimitedCaller(score_reasoning_gym, self.timeout_s, preload=("reasoning_gym",))
+        )
+
+    def _task(self, answer: str, metadata: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        dataset = metadata.get("source_dataset") or self.dataset
+        if not dataset:
+            raise ValueError(
+                "ReasoningGymReward: metadata has no 'source_dataset' and no `dataset` was configured"
+            )
+        entry = {"question": metadata.get("question", ""), "answer": answer, "metadata": metadata}
+        return str(dataset), entry
+
+    def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
+        extracted = extract_answer(completion, self.extraction)
+        if extracted is None:
+            return 0.0
+        dataset, entry = self._task(answer, metadata)
+        if self._caller is None:
+            return score_reasoning_gym(dataset, extracted, entry)
+        r = self._call([(dataset, extracted, entry)])[0]
+        if isinstance(r, BaseException):
+            raise r
+        return r
+
+    def score_batch(
+        self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
+    ) -> list[float | BaseException]:
+        if self._caller is None:
+            return super().score_batch(completions, answers, metadata)
+        out: list[float | BaseException | None] = [None] * len(completions)
+        todo: list[int] = []
+        args: list[tuple] = []
+        for i, (c, a, m) in enumerate(zip(completions, answers, metadata)):
+            try:
+                extracted = extract_answer(c, self.extraction)
+                if extracted is None:
+                    out[i] = 0.0
+                    continue
+                dataset, entry = self._task(a, m)
+                args.append((dataset, extracted, entry))
+                todo.append(i)
+            except Exception as e:
+                out[i] = e
+        for i, r in zip(todo, self._call(args) if args else []):
+            out[i] = r
+        return out  # type: ignore[return-value]
+
+    def _call(self, args: list[tuple]) -> list[float | BaseException]:
+        assert self._caller is not None
+        out: list[float | BaseException] = []
+        for res in self._caller.call_many(args):
+            if res.timed_out:
+                out.append(RewardTimeout(f"reasoning-gym scoring took longer than {self.timeout_s:g} s"))
+            elif not res.ok:
+                out.append(RewardCallError(str(res.value)))
+            else:
+                out.append(float(res.value))
+        return out
+
+    def close(self) -> None:
+        """Stop the worker process, if any (it restarts on the next call)."""
+        if self._caller is not None:
+            self._caller.close()

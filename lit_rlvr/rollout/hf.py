@@ -1,0 +1,234 @@
+"""The Hugging Face rollout engine: batched ``model.generate`` with left padding (the default; runs on CPU).
+
+The engine holds the training module's own model object, so it always samples from the
+current weights (LoRA adapter included) and ``sync_weights`` has nothing to do.
+
+Log-probabilities are those of the distribution each token was drawn from: the raw logits
+for greedy decoding, the logits after temperature and top-p for sampling. They are recorded
+while generating by a logits processor placed last in the chain, which keeps one step's
+``[rows, vocab]`` log-softmax and gathers it at the token chosen from it on the next step:
+memory O(rows x vocab) instead of the O(steps x rows x vocab) of ``output_scores=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
+from lit_rlvr.types import Completion
+
+
+class _LogprobRecorder:
+    """Logits processor (last in the chain): records log p(chosen token) under the final scores.
+
+    At step t it sees the scores the step-t token is drawn from; that token is only known at
+    step t+1 (the last column of ``input_ids``), or from the final sequences after the loop.
+    """
+
+    def __init__(self) -> None:
+        self._pending: torch.Tensor | None = None  # [R, V] log-softmax of the last step
+        self.steps: list[torch.Tensor] = []  # T x [R] float32
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._pending is not None:
+            self._gather(input_ids[:, -1])
+        self._pending = torch.log_softmax(scores.float(), dim=-1)  # [R, V]
+        return scores
+
+    def _gather(self, chosen: torch.Tensor) -> None:
+        assert self._pending is not None
+        self.steps.append(self._pending.gather(-1, chosen[:, None].to(self._pending.device))[:, 0])  # [R]
+        self._pending = None
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """Gather the final step at ``last_tokens`` [R]; return [R, T] log-probs."""
+        if self._pending is not None:
+            self._gather(last_tokens)
+        return torch.stack(self.steps, dim=1) if self.steps else torch.empty(0, 0)
+
+
+@contextlib.contextmanager
+def _plain_generation_config(hf_model: Any) -> Iterator[None]:
+    """Hide the model's own generation defaults (a checkpoint's temperature, top_k, repetition
+    penalty...): transformers fills every field the call leaves unset from them, and the engine's
+    sampling distribution must be exactly ``SamplingConfig``'s."""
+    from transformers import GenerationConfig
+
+    saved = hf_model.generation_config
+    hf_model.generation_config = GenerationConfig(
+        bos_token_id=saved.bos_token_id, eos_token_id=saved.eos_token_id, pad_token_id=saved.pad_token_id
+    )
+    try:
+        yield
+    finally:
+        hf_model.generation_config = saved
+
+
+def _as_id_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [int(v) for v in value.flatten().tolist()]
+    if isinstance(value, (list, tuple, set)):
+        return [int(v) for v in value]
+    return [int(value)]
+
+
+class HFEngine:
+    """Rollouts with ``transformers``' ``generate`` on the policy module itself.
+
+    Args:
+        model: the policy (a ``PreTrainedModel`` or a ``peft.PeftModel``); generation runs on its device.
+        tokenizer: its tokenizer (pad token, EOS, and decoding of ``Completion.text``).
+        max_batch_size: most rows (prompt samples) per ``generate`` call.
+        stop_token_ids: tokens that end a completion (finish_reason "stop"); default: the model's
+            generation-config EOS ids and the tokenizer's EOS.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        max_batch_size: int = 64,
+        stop_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        hf = self._hf_model()
+        if stop_token_ids is None:
+            ids = _as_id_list(hf.generation_config.eos_token_id) + _as_id_list(tokenizer.eos_token_id)
+            stop_token_ids = list(dict.fromkeys(ids))
+        self.stop_token_ids = [int(t) for t in stop_token_ids]
+        if not self.stop_token_ids:
+            raise ValueError("no stop token: the tokenizer has no EOS; pass stop_token_ids=[...]")
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad) if pad is not None else self.stop_token_ids[0]
+
+    def _hf_model(self) -> Any:
+        """The underlying transformers model (under a PEFT wrapper, if any)."""
+        get_base = getattr(self.model, "get_base_model", None)
+        return get_base() if callable(get_base) else self.model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def sync_weights(self, policy: torch.nn.Module) -> None:
+        """Nothing to do: the engine generates with the policy module's own model object, so an
+        optimizer step is visible to the next ``generate`` as it happens."""
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        """``n`` completions for each request, in request order.
+
+        Rows (request, sample) are sorted by prompt length and generated ``max_batch_size`` at a
+        time; with ``sampling.seed`` the call draws from its own seeded RNG stream (the global
+        RNG state is restored afterwards), so the same call gives the same completions.
+        """
+        rows: list[tuple[int, list[int]]] = []  # (request index, prompt ids)
+        for i, req in enumerate(requests):
+            if req.n < 0:
+                raise ValueError(f"request {i}: n must be >= 0, got {req.n}")
+            if req.n and not req.prompt_token_ids:
+                raise ValueError(f"request {i}: empty prompt_token_ids")
+            rows.extend((i, list(req.prompt_token_ids)) for _ in range(req.n))
+        out: list[list[Completion]] = [[] for _ in requests]
+        if not rows:
+            return out
+
+        # Longest prompts first, ties in request order: rows of similar length share a batch.
+        order = sorted(range(len(rows)), key=lambda r: -len(rows[r][1]))
+        results: dict[int, Completion] = {}
+        device = self.device
+        rng_devices = [device.index if device.index is not None else torch.cuda.current_device()] if (
+            device.type == "cuda"
+        ) else []
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), _plain_generation_config(self._hf_model()), torch.random.fork_rng(
+                devices=rng_devices, enabled=sampling.seed is not None
+            ):
+                if sampling.seed is not None:
+                    torch.manual_seed(sampling.seed)
+                for start in range(0, len(order), self.max_batch_size):
+                    chunk = order[start : start + self.max_batch_size]
+                    completions = self._generate_batch([rows[r][1] for r in chunk], sampling, device)
+                    results.update(zip(chunk, completions))
+        finally:
+            self.model.train(was_training)
+
+        for r, (i, _) in enumerate(rows):
+            out[i].append(results[r])
+        return out
+
+    def _generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingConfig, device: torch.device
+    ) -> list[Completion]:
+        from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)  # [R, P]
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)  # [R, P]
+        for j, p in enumerate(prompts):  # left padding
+            input_ids[j, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention_mask[j, width - len(p) :] = 1
+
+        # The sampling distribution is built here, not from generation-config fields, so that the
+        # recorder (last) sees exactly the scores each token is drawn from.
+        processors: list[Any] = []
+        if not sampling.greedy:
+            if sampling.temperature != 1.0:
+                processors.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_p < 1.0:
+                processors.append(TopPLogitsWarper(sampling.top_p))
+        recorder = _LogprobRecorder()
+        processors.append(recorder)
+
+        config = GenerationConfig(
+            do_sample=not sampling.greedy,
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0 if not sampling.greedy else None,
+            eos_token_id=self.stop_token_ids,
+            pad_token_id=self.pad_token_id,
+            use_cache=True,
+            return_dict_in_generate=True,
+        )
+        generated = self.model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList(processors),
+        )
+        new_tokens = generated.sequences[:, width:].cpu()  # [R, T]
+        logprobs = recorder.finish(generated.sequences[:, -1]).cpu()  # [R, T]
+
+        stop = set(self.stop_token_ids)
+        completions = []
+        for j in range(len(prompts)):
+            ids = new_tokens[j].tolist()
+            end = next((k + 1 for k, t in enumerate(ids) if t in stop), None)
+            if end is None:
+                finish, end = "length", len(ids)
+            else:
+                finish = "stop"
+            token_ids = ids[:end]
+            completions.append(
+                Completion(
+                    token_ids=token_ids,
+                    logprobs=logprobs[j, :end].tolist(),
+                    finish_reason=finish,
+                    text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                )
+            )
+        return completions

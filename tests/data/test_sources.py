@@ -1,0 +1,163 @@
+"""Sources: real reasoning-gym generation and real local files through `datasets`."""
+
+import json
+
+import pytest
+
+from lit_rlvr.data import VAL_ID_OFFSET, HFDatasetSource, PromptRecord, ReasoningGymSource
+
+ONE_DIGIT = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+
+
+# --------------------------------------------------------------- reasoning-gym
+def test_reasoning_gym_splits_are_disjoint_dense_and_pinned():
+    src = ReasoningGymSource(task_config=ONE_DIGIT, train_size=300, val_size=32, seed=42)
+    train, val = src.load("train"), src.load("validation")
+    assert len(train) == 300 and len(val) == 32
+    assert [r.id for r in train] == list(range(300))  # dense train ids
+    assert [r.id for r in val] == [VAL_ID_OFFSET + i for i in range(32)]
+    # 2 one-digit terms have a small question space (~1.3k): overlap would be likely, dedupe removes it
+    assert not {r.question for r in train} & {r.question for r in val}
+    # reasoning-gym basic_arithmetic, seed 42: entry 0 is the first validation prompt,
+    # the train split starts at entry val_size = 32
+    assert val[0].question == "Calculate -5 * -6." and val[0].answer == "30"
+    assert train[0].question == "Calculate 0 - 2." and train[0].answer == "-2"
+    assert train[0].metadata["source_dataset"] == "basic_arithmetic"
+    assert train[0].metadata["source_index"] == 32
+    assert train[0].metadata["question"] == "Calculate 0 - 2."
+    assert isinstance(train[0], PromptRecord)
+
+
+def test_reasoning_gym_is_deterministic_per_seed():
+    a = ReasoningGymSource(task_config=ONE_DIGIT, train_size=50, val_size=8, seed=3)
+    b = ReasoningGymSource(task_config=ONE_DIGIT, train_size=50, val_size=8, seed=3)
+    c = ReasoningGymSource(task_config=ONE_DIGIT, train_size=50, val_size=8, seed=4)
+    assert a.load("train") == b.load("train") and a.load("validation") == b.load("validation")
+    assert [r.question for r in a.load("train")] != [r.question for r in c.load("train")]
+
+
+def test_reasoning_gym_mixes_tasks_with_per_task_config():
+    src = ReasoningGymSource(
+        ["basic_arithmetic", "chain_sum"], task_config={"chain_sum": ONE_DIGIT}, train_size=20, val_size=4, seed=7
+    )
+    train, val = src.load("train"), src.load("validation")
+    assert len(train) == 40 and len(val) == 8
+    assert [r.metadata["source_dataset"] for r in val] == ["basic_arithmetic"] * 4 + ["chain_sum"] * 4
+    assert val[4].question == "State the final answer to the following arithmetic problem: 6 + 0 =" and val[4].answer == "6"
+    # basic_arithmetic ran with its defaults (several terms), chain_sum with the one-digit config
+    assert val[0].question == "Calculate ( -6 + -77 - 8 + -38 )." and val[0].answer == "-129"
+    assert train[20].metadata == {
+        "source_dataset": "chain_sum", "source_index": 4, "num_terms": 2, "num_digits": 1, "expression": "7 + 8",
+        "difficulty": {"num_terms": (2, 2), "num_digits": (1, 1)},
+        "question": "State the final answer to the following arithmetic problem: 7 + 8 =",
+    }
+    assert not {r.question for r in train} & {r.question for r in val}
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"tasks": "no_such_task"}, "no_such_task"),
+        ({"tasks": ["chain_sum", "chain_sum"]}, "twice"),
+        ({"tasks": ["chain_sum"], "task_config": {"chain_sum": {}, "basic_arithmetic": {}}}, "basic_arithmetic"),
+        ({"task_config": {"seed": 1}}, "seed"),
+    ],
+)
+def test_reasoning_gym_rejects_bad_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ReasoningGymSource(**kwargs)
+
+
+def test_unknown_split_rejected():
+    src = ReasoningGymSource(task_config=ONE_DIGIT, train_size=5, val_size=2)
+    with pytest.raises(ValueError, match="test"):
+        src.load("test")
+
+
+# ------------------------------------------------------------------ local files
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_local_jsonl_missing_answer_names_file_row_and_field(tmp_path):
+    rows = [{"question": f"q{i}", "answer": str(i)} for i in range(6)]
+    del rows[3]["answer"]  # row 3 has no answer key at all
+    p = _write_jsonl(tmp_path / "bad.jsonl", rows)
+    src = HFDatasetSource(p, val_split=None, val_size=1)
+    with pytest.raises(ValueError) as e:
+        src.load("train")
+    msg = str(e.value)
+    assert "bad.jsonl" in msg and "row 3" in msg and "'answer'" in msg and "'train'" in msg
+
+
+def test_local_jsonl_empty_prompt_rejected(tmp_path):
+    rows = [{"question": "q0", "answer": "0"}, {"question": "  ", "answer": "1"}]
+    p = _write_jsonl(tmp_path / "empty.jsonl", rows)
+    with pytest.raises(ValueError, match=r"empty.jsonl.*row 1 \(0-based\): field 'question' is empty"):
+        HFDatasetSource(p, val_split=None, val_size=1).load("train")
+
+
+GSM8K_ROW = {
+    "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?",
+    "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+    "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72",
+}
+
+
+def test_answer_regex_extracts_gsm8k_final_answer(tmp_path):
+    train = _write_jsonl(tmp_path / "train.jsonl", [GSM8K_ROW, {"question": "1+1?", "answer": "1+1=2\n#### 2"}])
+    test = _write_jsonl(tmp_path / "test.jsonl", [{"question": "2+3?", "answer": "so\n#### 5"}])
+    src = HFDatasetSource(train, val_split=test, answer_regex=r"#### (.*)$")
+    tr, va = src.load("train"), src.load("validation")
+    assert [r.answer for r in tr] == ["72", "2"]
+    assert tr[0].question == GSM8K_ROW["question"]
+    assert tr[0].metadata["raw_answer"] == GSM8K_ROW["answer"]
+    assert [(r.id, r.answer) for r in va] == [(VAL_ID_OFFSET, "5")]
+
+
+def test_answer_regex_no_match_names_row(tmp_path):
+    p = _write_jsonl(tmp_path / "g.jsonl", [GSM8K_ROW, GSM8K_ROW, {"question": "x", "answer": "no marker"}])
+    with pytest.raises(ValueError, match=r"g.jsonl.*row 2.*does not match"):
+        HFDatasetSource(p, val_split=None, val_size=1, answer_regex=r"#### (.*)$").load("train")
+
+
+def test_val_carved_from_train_is_seeded_and_disjoint(tmp_path):
+    rows = [{"problem": f"what is {i}+{i}?", "solution": str(2 * i)} for i in range(20)]
+    p = _write_jsonl(tmp_path / "d.jsonl", rows)
+    kw = dict(val_split=None, val_size=5, prompt_field="problem", answer_field="solution")
+    a, b = HFDatasetSource(p, seed=0, **kw), HFDatasetSource(p, seed=0, **kw)
+    assert len(a.load("train")) == 15 and len(a.load("validation")) == 5
+    assert a.load("validation") == b.load("validation")
+    assert [r.id for r in a.load("train")] == list(range(15))
+    assert not {r.question for r in a.load("train")} & {r.question for r in a.load("validation")}
+    assert a.load("train")[0].metadata["problem"] == a.load("train")[0].question
+    c = HFDatasetSource(p, seed=1, **kw)
+    assert [r.question for r in c.load("validation")] != [r.question for r in a.load("validation")]
+
+
+def test_val_split_drops_train_duplicates_and_reads_csv(tmp_path):
+    (tmp_path / "train.csv").write_text("question,answer\nq0,0\nq1,1\nq2,2\n")
+    (tmp_path / "test.csv").write_text("question,answer\nq1,1\n")
+    src = HFDatasetSource(str(tmp_path / "train.csv"), val_split=str(tmp_path / "test.csv"))
+    assert [(r.id, r.question, r.answer) for r in src.load("train")] == [(0, "q0", "0"), (1, "q2", "2")]
+    assert src.dropped_overlap == 1
+
+
+def test_missing_column_and_bad_split_are_explained(tmp_path):
+    p = _write_jsonl(tmp_path / "d.jsonl", [{"prompt": "q", "answer": "a"}] * 3)
+    with pytest.raises(ValueError, match=r"no column 'question' \(`prompt_field`\)"):
+        HFDatasetSource(p, val_split=None, val_size=1).load("train")
+    with pytest.raises(ValueError, match="val_split"):
+        HFDatasetSource(p, prompt_field="prompt").load("train")  # default val_split="test" is not in a file
+    with pytest.raises(ValueError, match="val_size"):
+        HFDatasetSource(p, val_split=None)
+
+
+def test_builder_with_data_files(tmp_path):
+    train = _write_jsonl(tmp_path / "a.jsonl", [{"question": "q0", "answer": "0"}, {"question": "q1", "answer": "1"}])
+    test = _write_jsonl(tmp_path / "b.jsonl", [{"question": "q9", "answer": "9"}])
+    src = HFDatasetSource("json", data_files={"train": train, "test": test})
+    assert [r.question for r in src.load("train")] == ["q0", "q1"]
+    assert [r.question for r in src.load("validation")] == ["q9"]

@@ -1,0 +1,71 @@
+import time
+
+import pytest
+
+from lit_rlvr.rewards import CallableReward, RewardScorer, RewardTimeout
+
+
+@pytest.mark.parametrize("path", ["tests.rewards.helpers:length_reward", "tests.rewards.helpers.length_reward"])
+def test_path_forms_and_default_name(path):
+    r = CallableReward(path)
+    assert r.name == "length_reward"
+    assert r.score("abc", "", {"n": 4}) == 0.75
+
+
+def test_bool_is_coerced_and_name_overrides():
+    r = CallableReward("tests.rewards.helpers:contains_answer", name="contains", weight=0.5)
+    assert (r.name, r.weight) == ("contains", 0.5)
+    assert r.score("it is 42", "42", {}) == 1.0
+    assert r.score("it is 41", "42", {}) == 0.0
+    assert type(r.score("it is 42", "42", {})) is float
+
+
+@pytest.mark.parametrize(
+    "path, match",
+    [
+        ("tests.rewards.helpers:nope", "tests.rewards.helpers:nope"),
+        ("no_such_package.mod:f", "no_such_package"),
+        ("tests.rewards.helpers:NOT_CALLABLE", "non-callable"),
+    ],
+)
+def test_unimportable_path_is_a_clear_error(path, match):
+    with pytest.raises(ValueError, match=match):
+        CallableReward(path)
+
+
+def test_errors_propagate_from_score_and_are_counted_by_scorer():
+    r = CallableReward("tests.rewards.helpers:length_reward")
+    with pytest.raises(KeyError):
+        r.score("abc", "", {})  # no "n"
+    res = RewardScorer([r]).score(["ab", "abc"], ["", ""], [{"n": 4}, {}])
+    assert res.components["length_reward"].tolist() == [0.5, 0.0]
+    assert res.errors == 1
+
+
+def test_with_timeout_runs_in_worker():
+    r = CallableReward("tests.rewards.helpers:sleepy_reward", timeout_s=0.5)
+    try:
+        assert r.score("fine", "", {}) == 1.0
+        t0 = time.monotonic()
+        with pytest.raises(RewardTimeout):
+            r.score("hang", "", {})
+        assert time.monotonic() - t0 < 0.5 + 3
+        out = r.score_batch(["a", "hang", "b"], ["", "", ""], [{}, {}, {}])
+        assert out[0] == 1.0 and isinstance(out[1], RewardTimeout) and out[2] == 1.0
+    finally:
+        r.close()
+
+
+def test_with_timeout_worker_errors_are_errors():
+    r = CallableReward("tests.rewards.helpers:length_reward", timeout_s=5)
+    try:
+        res = RewardScorer([r]).score(["ab", "abc"], ["", ""], [{"n": 4}, {}])
+        assert res.components["length_reward"].tolist() == [0.5, 0.0]
+        assert (res.errors, res.timeouts) == (1, 0)
+    finally:
+        r.close()
+
+
+def test_invalid_timeout():
+    with pytest.raises(ValueError, match="timeout_s"):
+        CallableReward("tests.rewards.helpers:length_reward", timeout_s=0)

@@ -1,0 +1,186 @@
+"""HFEngine on the tiny random Llama: shapes, finish reasons, greedy vs a hand-written argmax
+loop, log-probs vs the forward pass the trainer recomputes, seeding, batching, LoRA."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
+from lit_rlvr.rollout import GenerationRequest, HFEngine, RolloutEngine, SamplingConfig, build_engine
+
+GREEDY = SamplingConfig(temperature=0, max_new_tokens=6)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tok = load_policy(PolicyConfig(name_or_path="tiny"))
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny):
+    _, tok = tiny
+    texts = ["What is 2 + 2?", "Name a prime number larger than ten, please.", "Hi"]
+    return [tok.encode(t) for t in texts]  # lengths differ
+
+
+def _forward_logprobs(model, prompt, completion, temperature=1.0):
+    """log p(completion[k] | prompt + completion[:k]) from one forward pass, as the trainer computes it."""
+    ids = torch.tensor([prompt + completion])  # [1, P + T]
+    model.eval()
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float() / temperature  # [T, V]
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]  # [T]
+
+
+def test_engine_satisfies_protocol(tiny):
+    assert isinstance(HFEngine(*tiny), RolloutEngine)
+
+
+def test_shapes_and_length_finish(tiny, prompts):
+    engine = HFEngine(*tiny)
+    requests = [GenerationRequest(prompts[0], n=3), GenerationRequest(prompts[1], n=1), GenerationRequest(prompts[2], n=0)]
+    out = engine.generate(requests, SamplingConfig(temperature=1.0, max_new_tokens=3, seed=0))
+    assert [len(group) for group in out] == [3, 1, 0]
+    for c in out[0] + out[1]:
+        assert len(c.token_ids) == len(c.logprobs) == 3
+        assert c.finish_reason == "length" and c.truncated
+        assert all(lp <= 0 for lp in c.logprobs)
+        assert isinstance(c.text, str)
+    assert engine.generate([], GREEDY) == []
+
+
+def test_stop_token_ends_completion_and_is_kept(tiny, prompts):
+    model, tok = tiny
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=5)
+    full = HFEngine(model, tok).generate([GenerationRequest(prompts[0], 1)], sampling)[0][0]
+    stop = full.token_ids[2]
+    engine = HFEngine(model, tok, stop_token_ids=[stop])
+    cut = engine.generate([GenerationRequest(prompts[0], 1)], sampling)[0][0]
+    end = full.token_ids.index(stop) + 1
+    assert cut.finish_reason == "stop" and not cut.truncated
+    assert cut.token_ids == full.token_ids[:end] and cut.token_ids[-1] == stop
+    assert cut.logprobs == pytest.approx(full.logprobs[:end], abs=1e-6)
+    # by default the stop tokens are the EOS ids, and text skips special tokens
+    default = HFEngine(model, tok)
+    assert tok.eos_token_id in default.stop_token_ids
+    assert tok.eos_token not in default.tokenizer.decode([tok.eos_token_id], skip_special_tokens=True)
+
+
+def test_greedy_matches_manual_argmax_loop_and_forward_logprobs(tiny, prompts):
+    model, tok = tiny
+    engine = HFEngine(model, tok)
+    got = engine.generate([GenerationRequest(prompts[0], n=2)], GREEDY)[0]
+    assert got[0].token_ids == got[1].token_ids  # greedy: deterministic
+
+    ids = list(prompts[0])
+    model.eval()
+    with torch.no_grad():
+        for _ in range(GREEDY.max_new_tokens):  # no cache, no padding
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    expected = ids[len(prompts[0]) :]
+    assert got[0].token_ids == expected
+
+    # the log-probs the trainer recomputes with one forward pass on prompt + completion
+    ref = _forward_logprobs(model, prompts[0], got[0].token_ids)
+    torch.testing.assert_close(torch.tensor(got[0].logprobs), ref, atol=1e-5, rtol=0)
+
+
+def test_sampled_logprobs_are_those_of_the_tempered_distribution(tiny, prompts):
+    model, tok = tiny
+    sampling = SamplingConfig(temperature=0.7, max_new_tokens=5, seed=1)
+    c = HFEngine(model, tok).generate([GenerationRequest(prompts[1], 1)], sampling)[0][0]
+    ref = _forward_logprobs(model, prompts[1], c.token_ids, temperature=0.7)
+    torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-5, rtol=0)
+
+    # top-p renormalizes over the nucleus: every log-prob rises (or stays) vs the full softmax
+    nucleus = HFEngine(model, tok).generate(
+        [GenerationRequest(prompts[1], 1)], SamplingConfig(temperature=0.7, top_p=0.5, max_new_tokens=5, seed=1)
+    )[0][0]
+    full = _forward_logprobs(model, prompts[1], nucleus.token_ids, temperature=0.7)
+    assert all(a >= b - 1e-6 for a, b in zip(nucleus.logprobs, full.tolist()))
+    assert any(a > b + 1e-3 for a, b in zip(nucleus.logprobs, full.tolist()))
+
+
+def test_seeded_sampling_is_reproducible_and_leaves_global_rng(tiny, prompts):
+    engine = HFEngine(*tiny, max_batch_size=2)
+    requests = [GenerationRequest(prompts[0], n=3), GenerationRequest(prompts[2], n=2)]
+    sampling = SamplingConfig(temperature=1.0, top_p=0.9, max_new_tokens=5, seed=123)
+    state = torch.get_rng_state()
+    a = engine.generate(requests, sampling)
+    assert torch.equal(torch.get_rng_state(), state)  # the seeded call used its own stream
+    b = engine.generate(requests, sampling)
+    c = engine.generate(requests, SamplingConfig(temperature=1.0, top_p=0.9, max_new_tokens=5, seed=124))
+    tokens = lambda out: [[x.token_ids for x in g] for g in out]  # noqa: E731
+    assert tokens(a) == tokens(b)
+    assert [[x.logprobs for x in g] for g in a] == [[x.logprobs for x in g] for g in b]
+    assert tokens(a) != tokens(c)
+    assert len({tuple(x) for x in tokens(a)[0]}) > 1  # samples of one prompt differ
+
+
+def test_batching_and_padding_do_not_change_greedy_output(tiny, prompts):
+    engine_one = HFEngine(*tiny, max_batch_size=1)
+    engine_all = HFEngine(*tiny, max_batch_size=64)
+    engine_two = HFEngine(*tiny, max_batch_size=2)
+    requests = [GenerationRequest(p, n=1) for p in prompts] + [GenerationRequest(prompts[0], n=2)]
+    alone = engine_one.generate(requests, GREEDY)
+    for other in (engine_all.generate(requests, GREEDY), engine_two.generate(requests, GREEDY)):
+        for g_alone, g_other in zip(alone, other):
+            for x, y in zip(g_alone, g_other, strict=True):
+                assert x.token_ids == y.token_ids
+                assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
+
+
+def test_train_mode_restored_and_no_grad(tiny, prompts):
+    model, tok = tiny
+    engine = HFEngine(model, tok)
+    model.train()
+    engine.generate([GenerationRequest(prompts[2], 1)], GREEDY)
+    assert model.training
+    model.eval()
+    engine.generate([GenerationRequest(prompts[2], 1)], GREEDY)
+    assert not model.training
+    engine.sync_weights(model)  # a no-op: same object
+    assert engine.model is model
+
+
+def test_lora_generation_uses_the_adapter(prompts):
+    model, tok = load_policy(PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4)))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+    c = HFEngine(model, tok).generate([GenerationRequest(prompts[0], 1)], GREEDY)[0][0]
+    torch.testing.assert_close(
+        torch.tensor(c.logprobs), _forward_logprobs(model, prompts[0], c.token_ids), atol=1e-5, rtol=0
+    )
+    with model.disable_adapter():
+        base = HFEngine(model, tok).generate([GenerationRequest(prompts[0], 1)], GREEDY)[0][0]
+    assert (base.token_ids, base.logprobs) != (c.token_ids, c.logprobs)
+
+
+def test_invalid_requests(tiny):
+    engine = HFEngine(*tiny)
+    with pytest.raises(ValueError, match="empty prompt"):
+        engine.generate([GenerationRequest([], 1)], GREEDY)
+    with pytest.raises(ValueError, match="n must be"):
+        engine.generate([GenerationRequest([1, 2], -1)], GREEDY)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        HFEngine(*tiny, max_batch_size=0)
+
+
+def test_build_engine(tiny):
+    engine = build_engine("hf", *tiny, max_batch_size=8)
+    assert isinstance(engine, HFEngine) and engine.max_batch_size == 8
+    with pytest.raises(ValueError, match=r"'hf', 'vllm'"):
+        build_engine("sglang", *tiny)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_build_vllm_engine_without_vllm_says_how_to_install(tiny):
+    with pytest.raises(ImportError, match=r"pip install 'lit-rlvr\[vllm\]'"):
+        build_engine("vllm", *tiny)
