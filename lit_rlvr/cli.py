@@ -37,9 +37,9 @@ class LitRLVRCLI(LightningCLI):
                 )
 
 
-def main(args: Optional[list[str]] = None) -> Any:
+def main(args: Optional[list[str]] = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return LitRLVRCLI(
+    LitRLVRCLI(
         GRPOModule,
         PromptDataModule,
         parser_kwargs={"parser_mode": "omegaconf"},

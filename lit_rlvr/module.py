@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import math
 import random
@@ -186,7 +187,8 @@ class GRPOModule(pl.LightningModule):
         self._default_allocator = FixedGroupAllocator()
         self._val_outputs: list[dict[str, float]] = []
         self.strict_loading = False  # LoRA checkpoints hold the adapter only
-        self.save_hyperparameters()
+        # No save_hyperparameters(): LightningCLI writes the full config.yaml beside the logs, and
+        # checkpoints stay loadable with torch.load(weights_only=True) (plain tensors and numbers only).
 
     # ------------------------------------------------------------------ set-up
 
@@ -248,9 +250,7 @@ class GRPOModule(pl.LightningModule):
     def training_step(self, pool: PromptPool, batch_idx: int) -> None:
         # 1. pre-rollout: Lightning has already run every PromptSelector's on_train_batch_start on `pool`.
         # 2-3. rollout + reward: rounds of batched generation, each scored, as the allocator plans.
-        batch, rollout_stats = self.rollout_loop.run(
-            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, self.global_rank
-        )
+        batch, rollout_stats = self._rollout(pool)
         self._apply_overlong_penalty(batch)
         # 4. observe: every selector sees every scored rollout, kept or not.
         for selector in self._selectors(SelectionCallback):
@@ -275,6 +275,29 @@ class GRPOModule(pl.LightningModule):
 
     def _selectors(self, kind: type) -> list[Any]:
         return [cb for cb in self.trainer.callbacks if isinstance(cb, kind)] if self._trainer else []
+
+    def _rollout(self, pool: PromptPool) -> tuple[RolloutBatch, RolloutStats]:
+        """Stages 2-3 on this rank's share of the pool (every rank is served the same pool)."""
+        rank, world = self.global_rank, self.trainer.world_size
+        if world > 1:
+            keep = torch.zeros_like(pool.keep)
+            keep[pool.eligible()[rank::world]] = True
+            pool = dataclasses.replace(pool, keep=keep, batch_size=math.ceil(pool.batch_size / world))
+        datamodule = getattr(self.trainer, "datamodule", None)
+        drawer = None
+        if hasattr(datamodule, "draw"):
+            step, used = self.steps_done, [pool.ids.clone()]
+
+            def drawer(n: int) -> PromptPool:  # deterministic in (seed, step, rank, prompts so far)
+                exclude = torch.cat(used)
+                n = min(n, datamodule.num_train - len(torch.unique(exclude)))
+                fresh = datamodule.draw(n, key=(step * 4096 + rank) * 1_000_003 + len(exclude), exclude=exclude)
+                used.append(fresh.ids)
+                return fresh
+
+        return self.rollout_loop.run(
+            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer
+        )
 
     def _allocator(self) -> RolloutAllocator:
         allocators = self._selectors(RolloutAllocator)
@@ -461,7 +484,7 @@ class GRPOModule(pl.LightningModule):
             "rng": {
                 "torch": torch.get_rng_state(),
                 "python": random.getstate(),
-                "numpy": np.random.get_state(),
+                "numpy": _numpy_rng_state(),
             },
         }
 
@@ -474,9 +497,18 @@ class GRPOModule(pl.LightningModule):
         if rng:
             torch.set_rng_state(rng["torch"])
             random.setstate(rng["python"])
-            np.random.set_state(rng["numpy"])
+            np.random.set_state(_numpy_rng_state(rng["numpy"]))
 
     def on_fit_end(self) -> None:
         if self.export_dir and self.trainer.is_global_zero:
             export_policy(self.policy, self.tokenizer, self.export_dir, merge=self.export_merged)
             log.info("exported the trained policy to %s", self.export_dir)
+
+
+def _numpy_rng_state(saved: Optional[tuple] = None) -> tuple:
+    """numpy's global RNG state as weights_only-safe values (tensor instead of ndarray), and back."""
+    if saved is None:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        return (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
+    name, keys, pos, has_gauss, cached = saved
+    return (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached)

@@ -1,0 +1,45 @@
+"""Selection methods as Lightning callbacks (configure under ``trainer.callbacks`` by class path).
+
+Pre-rollout: GRESO, MoPPS, DPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
+Pre-backward: DynamicSampling (zero-variance drop), PODS. The contract is in ``base``.
+"""
+
+from lit_rlvr.callbacks.base import (
+    FixedGroupAllocator,
+    PromptSelector,
+    RolloutAllocator,
+    RolloutFilter,
+    RolloutState,
+    SelectionCallback,
+    TokenWeighter,
+    gather_rows,
+    group_observations,
+    seeded_generator,
+)
+from lit_rlvr.callbacks.dps import DPS
+from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling
+from lit_rlvr.callbacks.greso import GRESO
+from lit_rlvr.callbacks.mopps import MoPPS
+from lit_rlvr.callbacks.pods import PODS
+from lit_rlvr.callbacks.sara import SARA
+from lit_rlvr.callbacks.vigor import VIGOR
+
+__all__ = [
+    "DPS",
+    "GRESO",
+    "PODS",
+    "SARA",
+    "VIGOR",
+    "DynamicSampling",
+    "FixedGroupAllocator",
+    "MoPPS",
+    "PromptSelector",
+    "RolloutAllocator",
+    "RolloutFilter",
+    "RolloutState",
+    "SelectionCallback",
+    "TokenWeighter",
+    "gather_rows",
+    "group_observations",
+    "seeded_generator",
+]

@@ -35,7 +35,6 @@ Composition (found in ``setup_selection``, duck-typed so any selector can offer 
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -54,8 +53,6 @@ from lit_rlvr.types import RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
-
-log = logging.getLogger(__name__)
 
 __all__ = ["DynamicSampling", "refill_size", "effective_groups"]
 
@@ -152,8 +149,9 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         adaptive_first_round: size round 0 from the prior effective ratio too (GRESO's
             expected_effective_ratio() when composed, else this callback's last-step ratio):
             refill_size(B, prior, margin, ceil(multiple × B)) prompts instead of
-            ceil(multiple × B) (which remains the size while no prior exists). Saves rollouts when multiple > 1 and few groups are
-            zero-variance; False (default) keeps verl's fixed first round.
+            ceil(multiple × B) (which remains the size while no prior exists). Saves rollouts
+            when multiple > 1 and few groups are zero-variance; False (default) keeps verl's
+            fixed first round.
     """
 
     def __init__(

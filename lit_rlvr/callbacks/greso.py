@@ -47,7 +47,6 @@ columns), p_easy, p_hard, epoch and the last step's zero-variance ratio.
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any, Optional
 
 import lightning.pytorch as pl

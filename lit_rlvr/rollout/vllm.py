@@ -382,7 +382,7 @@ class VLLMEngine:
 
     @staticmethod
     def _save_config(model: Any, tokenizer: Any, out: Path) -> None:
-        """config.json, generation_config.json and the tokenizer: what vLLM needs to build the model."""
+        """config.json and the tokenizer: all vLLM needs to build the model (weights come from memory)."""
         base = model.get_base_model() if _is_peft(model) else model
         out.mkdir(parents=True, exist_ok=True)
         config = copy.deepcopy(base.config)
@@ -429,11 +429,14 @@ class VLLMEngine:
         path = self._dir / f"adapter_{self._lora_id}"
         with _gathered(model):
             model.save_pretrained(str(path), safe_serialization=True)
-        self._lora_request = LoRARequest(f"policy_{self._lora_id}", self._lora_id, str(path))
+        request = LoRARequest(f"policy_{self._lora_id}", self._lora_id, str(path))
         if previous is not None:
             with contextlib.suppress(Exception):
                 self.llm.llm_engine.remove_lora(previous.lora_int_id)
             shutil.rmtree(previous.lora_path, ignore_errors=True)
+        # Load it now, not lazily inside the next generate: sync time is the real update cost.
+        self.llm.llm_engine.add_lora(request)
+        self._lora_request = request
 
     # ----------------------------------------------------------------- sleep mode
 

@@ -1,0 +1,155 @@
+"""GRPOModule: end-to-end fits of the tiny config, parameter updates, accumulation invariance, resume."""
+
+import csv
+import glob
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_rlvr.cli import main
+from lit_rlvr.collate import TrainingTensors
+from lit_rlvr.losses import Normalizer
+from lit_rlvr.module import GRPOModule, LossSettings, RolloutSettings
+from lit_rlvr.policy import LoraSettings, PolicyConfig
+from lit_rlvr.rewards import CallableReward
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "configs" / "tiny.yaml")
+PARITY = ["--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:parity_reward"]
+
+
+def _metrics(run_dir: str) -> list[dict[str, str]]:
+    (path,) = glob.glob(os.path.join(run_dir, "csv", "version_*", "metrics.csv"))
+    with open(path) as f:
+        return [row for row in csv.DictReader(f) if row.get("rollouts/generated")]
+
+
+def test_tiny_config_fits_end_to_end(tmp_path):
+    main(["fit", "--config", TINY])  # runs under the test's tmp dir (conftest chdir)
+    rows = _metrics("runs/tiny")
+    assert len(rows) == 4  # max_steps
+    # 4 prompts × G = 4 rollouts per step, counted exactly and cumulatively.
+    assert [float(r["rollouts/generated"]) for r in rows] == [16.0] * 4
+    assert float(rows[-1]["cumulative/rollouts_generated"]) == 64.0
+    for key in ["rollouts/effective_ratio", "groups/solve_all", "groups/solve_none", "time/rollout_s", "reward/mean"]:
+        assert key in rows[-1]
+
+
+def _tiny_module(lora: bool = False, **loss) -> GRPOModule:
+    module = GRPOModule(
+        policy=PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4, alpha=8) if lora else None),
+        rollout=RolloutSettings(num_generations=4, max_new_tokens=6),
+        loss=LossSettings(**loss),
+        rewards=[CallableReward(fn="tests.helpers:parity_reward")],
+    )
+    module.configure_model()
+    return module
+
+
+def _fake_tensors(module: GRPOModule, n: int = 4, seed: int = 0) -> TrainingTensors:
+    """n rows of prompt (5 tokens) + completion (up to 6 tokens, ragged) with mixed advantages."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = module.policy.config.vocab_size
+    P, L = 5, 6
+    ids = torch.randint(5, vocab, (n, P + L), generator=g)
+    attn = torch.ones(n, P + L, dtype=torch.long)
+    mask = torch.ones(n, L)
+    for i in range(n):
+        cut = L - i % 3  # completion lengths 6, 5, 4, 6
+        mask[i, cut:] = 0
+        attn[i, P + cut :] = 0
+    return TrainingTensors(
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=(attn.cumsum(1) - 1).clamp(min=0),
+        completion_ids=ids[:, P:],
+        completion_mask=mask,
+        advantages=torch.tensor([1.0, -0.5, 0.75, -1.25])[:n],
+        token_weights=torch.ones(n, L),
+        old_logprobs=-torch.rand(n, L, generator=g) * 8,  # ratios far from 1: both clip sides engage
+    )
+
+
+def _grads(module: GRPOModule, tensors: TrainingTensors, micro: int) -> torch.Tensor:
+    module.policy.zero_grad()
+    norm = Normalizer(
+        num_tokens=float(tensors.completion_mask.sum()),
+        num_sequences=float(len(tensors)),
+        max_len=6,
+    )
+    for mb in tensors.micro_batches(micro):
+        loss, _ = module._micro_batch_loss(mb, norm)
+        loss.backward()
+    return torch.cat([p.grad.flatten() for p in module.policy.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_accumulation_invariance(aggregation):
+    """Micro-batch 1 × 4 accumulations gives the same gradient as one micro-batch of 4."""
+    module = _tiny_module(aggregation=aggregation)
+    tensors = _fake_tensors(module)
+    full = _grads(module, tensors, micro=4)
+    accumulated = _grads(module, tensors, micro=1)
+    assert full.abs().sum() > 0
+    assert torch.allclose(full, accumulated, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_parameters_change_after_a_step(tmp_path, lora):
+    import lightning.pytorch as pl
+
+    from lit_rlvr.data import PromptDataModule, ReasoningGymSource
+
+    module = _tiny_module(lora=lora)
+    trainable = {n: p.detach().clone() for n, p in module.policy.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach().clone() for n, p in module.policy.named_parameters() if not p.requires_grad}
+    data = PromptDataModule(ReasoningGymSource(train_size=16, val_size=4), batch_size=4)
+    trainer = pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         limit_val_batches=0, default_root_dir=str(tmp_path))
+    trainer.fit(module, data)
+    after = dict(module.policy.named_parameters())
+    changed = [n for n, before in trainable.items() if not torch.equal(before, after[n].detach())]
+    unchanged = sorted(set(trainable) - set(changed))
+    if lora:
+        # lora_B starts at zero, so on the first step only B gets a gradient (A's is B^T·…= 0).
+        lora_b = [n for n in trainable if "lora_B" in n]
+        assert lora_b and all(n in changed for n in lora_b), unchanged
+        assert all("lora_" in n for n in trainable)
+        assert all(torch.equal(v, after[n].detach()) for n, v in frozen.items())  # the base stays frozen
+    else:
+        assert len(changed) == len(trainable), f"unchanged: {unchanged}"
+    assert module.totals.rollouts_generated == 16
+
+
+def test_a_raising_reward_is_counted_and_scored_zero(tmp_path):
+    main(["fit", "--config", TINY, "--trainer.max_steps=2", "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:always_raises"])
+    rows = _metrics("runs/tiny")
+    assert [float(r["rewards/errors"]) for r in rows] == [16.0, 16.0]  # every call of the broken reward, every step
+    assert float(rows[-1]["cumulative/reward_errors"]) == 32.0
+    assert float(rows[-1]["reward/always_raises"]) == 0.0
+
+
+def _fit(tmp_path, name: str, steps: int, ckpt: str | None = None, extra: tuple[str, ...] = ()) -> str:
+    """Fit the tiny config in its own directory; returns the run directory."""
+    work = tmp_path / name
+    work.mkdir()
+    os.chdir(work)
+    args = ["fit", "--config", TINY, f"--trainer.max_steps={steps}", "--trainer.limit_val_batches=0", *PARITY, *extra]
+    if ckpt:
+        args += ["--ckpt_path", ckpt]
+    main(args)
+    return str(work / "runs" / "tiny")
+
+
+def test_resume_continues_where_the_run_stopped(tmp_path):
+    straight = _fit(tmp_path, "straight", 4)
+    first = _fit(tmp_path, "first", 2)
+    (ckpt,) = glob.glob(os.path.join(first, "**", "last.ckpt"), recursive=True)
+    resumed = _fit(tmp_path, "resumed", 4, ckpt=ckpt)
+    a = _metrics(straight)
+    b = _metrics(first) + _metrics(resumed)
+    assert len(b) == 4
+    for key in ["reward/mean", "tokens/generated", "cumulative/rollouts_generated", "train/loss"]:
+        assert [float(r[key]) for r in a] == pytest.approx([float(r[key]) for r in b], rel=1e-4, abs=1e-6), key
