@@ -130,6 +130,8 @@ class EvalSettings:
     """Sampling temperature for mean@k."""
     max_new_tokens: Optional[int] = None
     """Completion cap for validation (default: the rollout cap)."""
+    before_training: bool = False
+    """Also measure held-out accuracy once before the first step (logged at step 0)."""
 
 
 class GRPOModule(pl.LightningModule):
@@ -146,6 +148,9 @@ class GRPOModule(pl.LightningModule):
         seed: seeds rollout sampling and selectors' random draws.
         export_dir: save the trained policy here with save_pretrained at the end of fit (None: don't).
         export_merged: export LoRA merged into the base weights instead of the adapter alone.
+        checkpoint_every_n_steps: save a resumable checkpoint (and last.ckpt) every N training steps
+            (None: only what trainer.callbacks configures). Kept here, not under trainer.callbacks,
+            so method configs can own that list.
     """
 
     def __init__(
@@ -160,6 +165,7 @@ class GRPOModule(pl.LightningModule):
         seed: int = 0,
         export_dir: Optional[str] = None,
         export_merged: bool = False,
+        checkpoint_every_n_steps: Optional[int] = 50,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -176,6 +182,7 @@ class GRPOModule(pl.LightningModule):
         self.seed = seed
         self.export_dir = export_dir
         self.export_merged = export_merged
+        self.checkpoint_every_n_steps = checkpoint_every_n_steps
         self.policy: Optional[torch.nn.Module] = None
         self.tokenizer: Any = None
         self._reference: list[torch.nn.Module] = []  # a list hides it from state_dict and .to()
@@ -236,6 +243,13 @@ class GRPOModule(pl.LightningModule):
             )
         for s in selectors:
             s.setup_selection(self.trainer, self, selectors)
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        if not self.checkpoint_every_n_steps:
+            return []
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        return [ModelCheckpoint(every_n_train_steps=self.checkpoint_every_n_steps, save_last=True)]
 
     def configure_optimizers(self) -> Any:
         o = self.optimizer_settings
@@ -456,21 +470,51 @@ class GRPOModule(pl.LightningModule):
     # ------------------------------------------------------------------ validation
 
     def validation_step(self, pool: PromptPool, batch_idx: int) -> None:
+        for name, value in self.evaluate(pool, batch_idx).items():
+            self.log(name, value, batch_size=len(pool), sync_dist=True, prog_bar=name == "val/pass@1")
+
+    @torch.no_grad()
+    def evaluate(self, pool: PromptPool, batch_idx: int = 0) -> dict[str, float]:
+        """Held-out accuracy of one validation pool: greedy pass@1, and mean@k over k samples if k > 0."""
         e = self.eval_settings
         max_new = e.max_new_tokens or self.rollout_settings.max_new_tokens
         greedy = flatten(generate_for_eval(self.engine, self.tokenizer, pool, SamplingConfig(0.0, 1.0, max_new), 1))
         result = self.scorer.score([c.text for c in greedy], pool.answers, pool.metadata)
-        correct = self._correct(result.components, len(greedy)).float()
-        self.log("val/pass@1", correct.mean(), batch_size=len(pool), sync_dist=True, prog_bar=True)
-        self.log("val/reward", result.total.mean(), batch_size=len(pool), sync_dist=True)
+        out = {
+            "val/pass@1": float(self._correct(result.components, len(greedy)).float().mean()),
+            "val/reward": float(result.total.mean()),
+        }
         if e.num_samples > 0:
             sampling = SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
             sampled = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, e.num_samples))
             answers = [a for a in pool.answers for _ in range(e.num_samples)]
             metadata = [m for m in pool.metadata for _ in range(e.num_samples)]
             result = self.scorer.score([c.text for c in sampled], answers, metadata)
-            correct = self._correct(result.components, len(sampled)).float()
-            self.log(f"val/mean@{e.num_samples}", correct.mean(), batch_size=len(pool), sync_dist=True)
+            out[f"val/mean@{e.num_samples}"] = float(self._correct(result.components, len(sampled)).float().mean())
+        return out
+
+    def on_train_start(self) -> None:
+        """With evaluation.before_training, log held-out accuracy at step 0 (Lightning's sanity check logs nothing)."""
+        if not self.eval_settings.before_training or self.steps_done > 0:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None:
+            return
+        limit = self.trainer.limit_val_batches
+        totals: dict[str, float] = {}
+        count = 0
+        for i, pool in enumerate(datamodule.val_dataloader()):
+            if isinstance(limit, int) and i >= limit:
+                break
+            for name, value in self.evaluate(pool, i).items():
+                totals[name] = totals.get(name, 0.0) + value * len(pool)
+            count += len(pool)
+        metrics = {k: v / max(count, 1) for k, v in totals.items()}
+        if self.trainer.world_size > 1:
+            metrics = dict(zip(metrics, self._sum_over_ranks([v / self.trainer.world_size for v in metrics.values()])))
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=0)
+        log.info("held-out accuracy before training: %s", {k: round(v, 4) for k, v in metrics.items()})
 
     # ------------------------------------------------------------------ checkpoints and export
 

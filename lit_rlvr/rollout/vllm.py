@@ -543,8 +543,10 @@ class VLLMEngine:
         shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:
             shutil.rmtree(self._dir, ignore_errors=True)
+        except Exception:  # interpreter shutdown: modules may already be gone
+            pass
 
 
 def _sampled_logprobs(logprobs: Any, token_ids: list[int]) -> list[float]:
