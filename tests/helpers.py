@@ -8,3 +8,41 @@ def parity_reward(completion: str, answer: str, metadata: dict) -> float:
 
 def always_raises(completion: str, answer: str, metadata: dict) -> float:
     raise RuntimeError("this reward is broken on purpose")
+
+
+import os as _os
+
+import lightning.pytorch as _pl
+import torch as _torch
+
+
+class DumpSelectorState(_pl.Callback):
+    """Records each step's pool keep mask (list it last, after the selectors) and, at the end,
+    every selector's state_dict, to ``<dir>/rank<r>.pt``: what the DDP and resume tests compare."""
+
+    def __init__(self, out_dir: str = "selector_dump") -> None:
+        self.out_dir = out_dir
+        self.keeps: dict[int, list[int]] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.keeps[int(pl_module.steps_done)] = batch.ids[batch.keep].tolist()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        from lit_rlvr.callbacks.base import SelectionCallback
+
+        states = {type(cb).__name__: cb.state_dict() for cb in trainer.callbacks if isinstance(cb, SelectionCallback)}
+        _os.makedirs(self.out_dir, exist_ok=True)
+        _torch.save({"states": states, "keeps": self.keeps}, _os.path.join(self.out_dir, f"rank{trainer.global_rank}.pt"))
+
+
+def mixed_difficulty_reward(completion: str, answer: str, metadata: dict) -> float:
+    """Easy, hard and mixed prompts by question: a third always right, a third always wrong, a third by parity.
+
+    Gives selectors (GRESO's skips, DPS's states) zero-variance groups to act on with a random policy.
+    """
+    kind = sum(map(ord, metadata.get("question", answer))) % 3
+    if kind == 0:
+        return 1.0
+    if kind == 1:
+        return 0.0
+    return float(len(completion) % 2 == 0)

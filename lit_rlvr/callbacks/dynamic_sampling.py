@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from lit_rlvr.callbacks.base import (
+    gather_rows,
     PromptSelector,
     RolloutAllocator,
     RolloutFilter,
@@ -365,10 +366,13 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         keep = keep_in & selected[batch.prompt_index] if n else keep_in.clone()
 
         rounds = int(batch.round.max()) + 1 if n else 0
-        if self._cap_hit:
+        # Counts summed over ranks, so every rank holds the same state (each rolls out its share).
+        counts = gather_rows(trainer, torch.tensor([[len(eff_groups), len(groups), float(self._cap_hit)]], dtype=torch.float64))
+        eff_total, groups_total, cap_total = counts.sum(0).tolist()
+        if cap_total > 0:
             self.cap_hits += 1
-        if len(groups):
-            self.last_effective_ratio = len(eff_groups) / len(groups)
+        if groups_total > 0:
+            self.last_effective_ratio = eff_total / groups_total
         self._metrics = {
             "refill_rounds": float(max(rounds - 1, 0)),
             "prompts_rolled_out": float(len(torch.unique(batch.prompt_index))) if n else 0.0,

@@ -9,11 +9,12 @@ it, the same path every later :meth:`VLLMEngine.sync_weights` takes.
 Weight sync (colocated, as TRL's and verl's colocate modes do it): the vLLM
 engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which
 the engine sets), so ``LLM.collective_rpc`` hands the worker a plain iterator
-over the policy's tensors and the worker calls ``model.load_weights(...)``
-(vLLM's own Hugging Face name mapping: q/k/v into ``qkv_proj``, gate/up into
-``gate_up_proj``, tied ``lm_head`` skipped). Nothing is written to disk and no
-tensor is pickled. The prefix cache is reset afterwards, since cached KV blocks
-were computed with the old weights.
+over the policy's tensors and the worker reloads them in place with
+``Worker.reload_weights`` (vLLM's own Hugging Face name mapping: q/k/v into
+``qkv_proj``, gate/up into ``gate_up_proj``, tied ``lm_head`` skipped; then
+vLLM's post-load processing, e.g. the CPU build's GEMM weight prepacking, runs
+again). Nothing is written to disk and no tensor is pickled. The prefix cache is
+reset afterwards, since cached KV blocks were computed with the old weights.
 
 LoRA (a ``peft.PeftModel`` policy), two modes:
 
@@ -243,7 +244,11 @@ def _reload_weights_on_worker(worker: Any, weights: Any) -> None:
     no tensor of its own (its weight is the embedding's), so the in-place reload never repacks
     it and it would go on computing logits from the first weights it saw. Repack it here.
     """
-    worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    if hasattr(worker, "reload_weights"):
+        worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    else:  # older vLLM: plain loading into the live parameters (what TRL's colocate mode does)
+        worker.model_runner.model.load_weights(weights)
+        return
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():
@@ -317,7 +322,7 @@ class VLLMEngine:
                 raise ValueError("lora_mode='adapter' cannot serve a DoRA adapter in vLLM: use lora_mode='merge'")
         self._lora_id = 0
         self._lora_request: Any = None
-        self._sleeping = False
+        self._sleeping: set[str] | None = None  # the sleep-mode tags still asleep; None: awake
 
         from vllm.platforms import current_platform
 
@@ -410,7 +415,7 @@ class VLLMEngine:
     def _load(self, weights: Iterator[tuple[str, torch.Tensor]], model: torch.nn.Module) -> None:
         """Load HF-named tensors into vLLM's model in place, then drop KV computed with the old weights.
 
-        ``Worker.reload_weights`` (vLLM >= 0.12's in-place reload) rather than a bare
+        ``Worker.reload_weights`` (the in-place reload of vLLM 0.32) rather than a bare
         ``model.load_weights``: vLLM post-processes weights after loading (the CPU build repacks
         every linear layer for its GEMM kernels, quantized models re-quantize), and the reload
         path restores the checkpoint layout, loads, re-processes and copies back into the same
@@ -442,15 +447,20 @@ class VLLMEngine:
 
     def sleep(self) -> None:
         """Free vLLM's GPU memory (level 1: weights offloaded to CPU, KV cache dropped); no-op without sleep mode."""
-        if self.enable_sleep_mode and not self._sleeping:
+        if self.enable_sleep_mode and self._sleeping is None:
             self.llm.sleep(level=1)
-            self._sleeping = True
+            self._sleeping = {"weights", "kv_cache"}
 
     def wake_up(self, tags: list[str] | None = None) -> None:
-        """Bring back ``tags`` (``["weights"]``, ``["kv_cache"]``; None: all) after :meth:`sleep`."""
-        if self.enable_sleep_mode and self._sleeping:
-            fully_awake = self.llm.wake_up(tags)
-            self._sleeping = not fully_awake if isinstance(fully_awake, bool) else tags is not None
+        """Bring back ``tags`` (``["weights"]``, ``["kv_cache"]``; None: both) after :meth:`sleep`."""
+        if not self.enable_sleep_mode or self._sleeping is None:
+            return
+        wanted = self._sleeping & set(tags or self._sleeping)
+        if wanted:
+            self.llm.wake_up(sorted(wanted))
+            self._sleeping -= wanted
+        if not self._sleeping:
+            self._sleeping = None
 
     # ----------------------------------------------------------------- the protocol
 
