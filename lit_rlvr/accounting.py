@@ -28,6 +28,7 @@ class Totals:
     rollouts_in_gradient: int = 0
     tokens_generated: int = 0
     groups_generated: int = 0
+    groups_in_gradient: int = 0
     round_cap_hits: int = 0
     reward_errors: int = 0
     reward_timeouts: int = 0
@@ -52,6 +53,7 @@ def step_metrics(batch: RolloutBatch, correct: torch.Tensor, epsilon: float = 0.
     solve_none = sum(bool((~correct[idx]).all()) for idx in groups.values())
     adv = batch.advantages if batch.advantages is not None else torch.zeros(n)
     in_gradient = batch.keep & (adv != 0)
+    groups_in_gradient = len(torch.unique(batch.prompt_index[in_gradient]))
     lengths = batch.completion_lengths.float()
     return {
         "rollouts/generated": float(n),
@@ -61,6 +63,7 @@ def step_metrics(batch: RolloutBatch, correct: torch.Tensor, epsilon: float = 0.
         "rollouts/effective_ratio": float((~zero_var).float().mean()),
         "rollouts/truncated_ratio": float(batch.truncated.float().mean()),
         "groups/generated": float(len(groups)),
+        "groups/in_gradient": float(groups_in_gradient),
         "groups/solve_all": float(solve_all),
         "groups/solve_none": float(solve_none),
         "tokens/generated": float(lengths.sum()),
@@ -76,6 +79,7 @@ def update_totals(totals: Totals, metrics: dict[str, float]) -> None:
     totals.rollouts_in_gradient += int(metrics.get("rollouts/in_gradient", 0))
     totals.tokens_generated += int(metrics.get("tokens/generated", 0))
     totals.groups_generated += int(metrics.get("groups/generated", 0))
+    totals.groups_in_gradient += int(metrics.get("groups/in_gradient", 0))
 
 
 def cumulative_metrics(totals: Totals) -> dict[str, float]:
@@ -84,6 +88,7 @@ def cumulative_metrics(totals: Totals) -> dict[str, float]:
         "cumulative/rollouts_effective": float(totals.rollouts_effective),
         "cumulative/rollouts_in_gradient": float(totals.rollouts_in_gradient),
         "cumulative/tokens_generated": float(totals.tokens_generated),
+        "cumulative/groups_in_gradient": float(totals.groups_in_gradient),
         "cumulative/round_cap_hits": float(totals.round_cap_hits),
         "cumulative/reward_errors": float(totals.reward_errors),
         "cumulative/reward_timeouts": float(totals.reward_timeouts),

@@ -31,6 +31,7 @@ from lit_rlvr.callbacks.base import (
     SelectionCallback,
     TokenWeighter,
 )
+from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
 from lit_rlvr.losses import AGGREGATIONS, Normalizer, aggregate, clipped_surrogate, k3_kl, overlong_penalty
 from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
@@ -192,7 +193,8 @@ class GRPOModule(pl.LightningModule):
         """Training steps (pools consumed) so far: the data position, restored on resume."""
         self.totals = Totals()
         self._default_allocator = FixedGroupAllocator()
-        self._val_outputs: list[dict[str, float]] = []
+        self.val_pass_at_1 = PassAtOne()
+        self.val_mean_at_k = MeanAtK(max(evaluation.num_samples, 1))
         self.strict_loading = False  # LoRA checkpoints hold the adapter only
         # No save_hyperparameters(): LightningCLI writes the full config.yaml beside the logs, and
         # checkpoints stay loadable with torch.load(weights_only=True) (plain tensors and numbers only).
@@ -435,7 +437,7 @@ class GRPOModule(pl.LightningModule):
 
     def _log_step(self, batch: RolloutBatch, rollout: RolloutStats, update: dict[str, float]) -> None:
         metrics = step_metrics(batch, self._correct(batch.reward_components, len(batch)))
-        counts = ["rollouts/generated", "rollouts/effective", "rollouts/in_gradient", "tokens/generated", "groups/generated"]
+        counts = ["rollouts/generated", "rollouts/effective", "rollouts/in_gradient", "tokens/generated", "groups/generated", "groups/in_gradient"]
         summed = self._sum_over_ranks([metrics.get(k, 0.0) for k in counts] + [float(rollout.hit_round_cap), rollout.reward_errors, rollout.reward_timeouts])
         update_totals(self.totals, dict(zip(counts, summed)))
         self.totals.round_cap_hits += int(summed[-3])
@@ -470,28 +472,29 @@ class GRPOModule(pl.LightningModule):
     # ------------------------------------------------------------------ validation
 
     def validation_step(self, pool: PromptPool, batch_idx: int) -> None:
-        for name, value in self.evaluate(pool, batch_idx).items():
-            self.log(name, value, batch_size=len(pool), sync_dist=True, prog_bar=name == "val/pass@1")
+        greedy, sampled = self._correctness(pool, batch_idx)
+        self.val_pass_at_1.update(greedy)
+        self.log("val/pass@1", self.val_pass_at_1, batch_size=len(pool), prog_bar=True)
+        if sampled is not None:
+            self.val_mean_at_k.update(sampled)
+            self.log(f"val/mean@{sampled.shape[1]}", self.val_mean_at_k, batch_size=len(pool))
 
     @torch.no_grad()
-    def evaluate(self, pool: PromptPool, batch_idx: int = 0) -> dict[str, float]:
-        """Held-out accuracy of one validation pool: greedy pass@1, and mean@k over k samples if k > 0."""
+    def _correctness(self, pool: PromptPool, batch_idx: int = 0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Held-out correctness of one validation pool: greedy [P], and [P, k] over k samples if k > 0."""
         e = self.eval_settings
         max_new = e.max_new_tokens or self.rollout_settings.max_new_tokens
         greedy = flatten(generate_for_eval(self.engine, self.tokenizer, pool, SamplingConfig(0.0, 1.0, max_new), 1))
         result = self.scorer.score([c.text for c in greedy], pool.answers, pool.metadata)
-        out = {
-            "val/pass@1": float(self._correct(result.components, len(greedy)).float().mean()),
-            "val/reward": float(result.total.mean()),
-        }
-        if e.num_samples > 0:
-            sampling = SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
-            sampled = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, e.num_samples))
-            answers = [a for a in pool.answers for _ in range(e.num_samples)]
-            metadata = [m for m in pool.metadata for _ in range(e.num_samples)]
-            result = self.scorer.score([c.text for c in sampled], answers, metadata)
-            out[f"val/mean@{e.num_samples}"] = float(self._correct(result.components, len(sampled)).float().mean())
-        return out
+        greedy_correct = self._correct(result.components, len(greedy)).float()  # [P]
+        if e.num_samples <= 0:
+            return greedy_correct, None
+        sampling = SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
+        sampled = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, e.num_samples))
+        answers = [a for a in pool.answers for _ in range(e.num_samples)]
+        metadata = [m for m in pool.metadata for _ in range(e.num_samples)]
+        result = self.scorer.score([c.text for c in sampled], answers, metadata)
+        return greedy_correct, self._correct(result.components, len(sampled)).float().view(len(pool), e.num_samples)
 
     def on_train_start(self) -> None:
         """With evaluation.before_training, log held-out accuracy at step 0 (Lightning's sanity check logs nothing)."""
@@ -501,17 +504,17 @@ class GRPOModule(pl.LightningModule):
         if datamodule is None:
             return
         limit = self.trainer.limit_val_batches
-        totals: dict[str, float] = {}
-        count = 0
+        pass_at_1, mean_at_k = PassAtOne().to(self.device), MeanAtK(max(self.eval_settings.num_samples, 1)).to(self.device)
         for i, pool in enumerate(datamodule.val_dataloader()):
             if isinstance(limit, int) and i >= limit:
                 break
-            for name, value in self.evaluate(pool, i).items():
-                totals[name] = totals.get(name, 0.0) + value * len(pool)
-            count += len(pool)
-        metrics = {k: v / max(count, 1) for k, v in totals.items()}
-        if self.trainer.world_size > 1:
-            metrics = dict(zip(metrics, self._sum_over_ranks([v / self.trainer.world_size for v in metrics.values()])))
+            greedy, sampled = self._correctness(pool, i)
+            pass_at_1.update(greedy)
+            if sampled is not None:
+                mean_at_k.update(sampled)
+        metrics = {"val/pass@1": float(pass_at_1.compute())}
+        if self.eval_settings.num_samples > 0:
+            metrics[f"val/mean@{self.eval_settings.num_samples}"] = float(mean_at_k.compute())
         for logger in self.loggers:
             logger.log_metrics(metrics, step=0)
         log.info("held-out accuracy before training: %s", {k: round(v, 4) for k, v in metrics.items()})

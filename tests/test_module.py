@@ -35,6 +35,11 @@ def test_tiny_config_fits_end_to_end(tmp_path):
     assert float(rows[-1]["cumulative/rollouts_generated"]) == 64.0
     for key in ["rollouts/effective_ratio", "groups/solve_all", "groups/solve_none", "time/rollout_s", "reward/mean"]:
         assert key in rows[-1]
+    (path,) = glob.glob("runs/tiny/csv/version_*/metrics.csv")
+    with open(path) as f:
+        val = [r for r in csv.DictReader(f) if r.get("val/pass@1")]
+    assert [int(r["step"]) for r in val] == [0, 3]  # before training, and after the last step
+    assert all(r.get("val/mean@2") for r in val)
 
 
 def _tiny_module(lora: bool = False, **loss) -> GRPOModule:

@@ -137,8 +137,11 @@ class SimConfig:
     """B: prompt groups a step trains on."""
     group_size: int = 8
     """G: rollouts per prompt (a method config's model.rollout.num_generations overrides it)."""
-    steps: int = 300
-    """Training steps per run."""
+    steps: int = 1_000
+    """Most training steps per run."""
+    max_rollouts: int = 600_000
+    """Stop a run once it has generated this many rollouts (0: run ``steps`` steps): every strategy
+    gets the same rollout budget, whatever it spends per step."""
     pass_alpha: float = 0.3
     """Initial pass rates ~ Beta(pass_alpha, pass_beta)."""
     pass_beta: float = 0.4
@@ -162,8 +165,8 @@ class SimConfig:
             raise ValueError(f"SimConfig.signal must be 'groups', 'rollouts' or 'capped', got {self.signal!r}")
         if not 0 < self.min_pass < 0.5:
             raise ValueError(f"SimConfig.min_pass must be in (0, 0.5), got {self.min_pass}")
-        if self.num_prompts < 1 or self.batch_size < 1 or self.group_size < 1 or self.steps < 0:
-            raise ValueError("SimConfig: num_prompts, batch_size, group_size must be >= 1 and steps >= 0")
+        if self.num_prompts < 1 or self.batch_size < 1 or self.group_size < 1 or self.steps < 0 or self.max_rollouts < 0:
+            raise ValueError("SimConfig: num_prompts, batch_size, group_size must be >= 1; steps, max_rollouts >= 0")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -551,7 +554,9 @@ def simulate(
     record_selection: bool = False,
     configs_dir: Optional[str | Path] = None,
 ) -> SimResult:
-    """Run one strategy for ``cfg.steps`` steps through ``GRPOModule.training_step`` with the simulated policy.
+    """Run one strategy through ``GRPOModule.training_step`` with the simulated policy.
+
+    The run stops after ``cfg.steps`` steps or once ``cfg.max_rollouts`` rollouts were generated.
 
     With ``out_dir``, writes ``<out_dir>/<strategy>/seed<seed>/csv/version_0/metrics.csv`` (and
     ``selection.csv`` there with ``record_selection``), the layout of a CSVLogger run.
@@ -607,9 +612,12 @@ def simulate(
         row["time/selection_ms"] = watch.selection_ms
         row["sim/skill"] = sim.skill
         row["sim/skill_gain"] = module.last_gain
-        if cfg.eval_every and (module.steps_done % cfg.eval_every == 0 or i == cfg.steps - 1):
+        done = i == cfg.steps - 1 or (cfg.max_rollouts and module.totals.rollouts_generated >= cfg.max_rollouts)
+        if cfg.eval_every and (module.steps_done % cfg.eval_every == 0 or done):
             row["val/pass@1"] = sim.accuracy()
         rows.append(row)
+        if done:
+            break
     if recorder is not None:
         recorder.on_train_end(trainer, module)
 

@@ -72,8 +72,8 @@ VLLM_MISSING = "engine 'vllm' needs vLLM: pip install 'lit-rlvr[vllm]'"
 
 LORA_MODES = ("merge", "adapter")
 
-# Wrapper names that DDP / FSDP / activation checkpointing / torch.compile put into parameter names.
-_WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.", "module.")
+# Name components that FSDP / activation checkpointing / torch.compile insert into parameter names.
+_WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
 
 
 def import_vllm() -> Any:
@@ -93,7 +93,8 @@ def import_vllm() -> Any:
 
 
 def _unwrap(policy: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a DDP wrapper or a LightningModule-like holder."""
+    """The model inside DDP wrappers (Lightning's DDP wraps the LightningModule, not the policy, but a
+    caller may hand over a wrapped policy)."""
     from torch.nn.parallel import DistributedDataParallel
 
     while isinstance(policy, DistributedDataParallel):
@@ -110,9 +111,8 @@ def _is_peft(model: Any) -> bool:
 
 
 def _clean_name(name: str) -> str:
-    for prefix in _WRAPPER_PREFIXES:
-        name = name.replace(prefix, "")
-    return name
+    """The checkpoint name of a parameter: wrapper components dropped (``a._fsdp_wrapped_module.b`` -> ``a.b``)."""
+    return ".".join(part for part in name.split(".") if part not in _WRAPPER_PARTS)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -199,6 +199,7 @@ def iter_policy_weights(
                     wanted.update(f"{parent}.{g}" if parent else g for g in group if (f"{parent}.{g}" if parent else g) in modules)
 
     done: list[str] = []  # prefixes of modules already handled (pre-order walk)
+    seen: set[int] = set()
     for mod_name, module in modules.items():
         if any(mod_name.startswith(p) for p in done):
             continue
@@ -218,6 +219,9 @@ def iter_policy_weights(
             done.append(prefix)
         elif wanted is None or mod_name in wanted:
             for pname, param in module.named_parameters(recurse=False):
+                if id(param) in seen:  # tied weights (lm_head = embed_tokens): once, as named_parameters does
+                    continue
+                seen.add(id(param))
                 yield _clean_name(prefix + pname), _full(param)
 
 
@@ -473,8 +477,12 @@ class VLLMEngine:
         prompts, params, index = [], [], []
         offset = 0
         for i, request in enumerate(requests):
-            if request.n <= 0:
+            if request.n < 0:
+                raise ValueError(f"request {i}: n must be >= 0, got {request.n}")
+            if request.n == 0:
                 continue
+            if not request.prompt_token_ids:
+                raise ValueError(f"request {i}: empty prompt_token_ids")
             # vLLM refuses n > 1 with greedy decoding: ask for n copies of the prompt instead.
             copies, n = (request.n, 1) if sampling.greedy else (1, request.n)
             prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))

@@ -304,3 +304,46 @@ def test_missing_vllm_gives_install_hint(monkeypatch, policy):
     if not HAS_VLLM:
         with pytest.raises(ImportError, match=r"pip install 'lit-rlvr\[vllm\]'"):
             build_engine("vllm", model, tok)
+
+
+# --------------------------------------------------------------------------- weight export (no vLLM needed)
+
+
+def test_lora_weights_for_vllm_equal_peft_merge():
+    """What the vLLM engine loads for a LoRA policy: the merged weights under the base model's names
+    (as peft's merge_and_unload gives them), computed without touching the training model; after
+    the first load only the adapted layers and the siblings vLLM fuses them with."""
+    from lit_rlvr.rollout.vllm import iter_base_weights, iter_policy_weights
+
+    lora = LoraSettings(r=4, alpha=8, target_modules=["q_proj", "gate_proj"])
+    model, _ = load_policy(PolicyConfig(name_or_path="tiny", lora=lora))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    want = dict(copy.deepcopy(model).merge_and_unload().named_parameters())
+    got = dict(iter_policy_weights(model))
+    assert got.keys() == want.keys()
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-6), name
+    assert not torch.equal(got["model.layers.0.self_attn.q_proj.weight"], before[
+        "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"])
+
+    packed = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+    changed = dict(iter_policy_weights(model, only_changed=True, packed_modules=packed))
+    assert set(changed) == {
+        f"model.layers.{i}.{m}.weight"
+        for i in (0, 1)
+        for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
+    }
+
+    base = dict(iter_base_weights(model))
+    unloaded = dict(copy.deepcopy(model).unload().named_parameters())
+    assert base.keys() == unloaded.keys()
+    assert all(torch.equal(base[n], unloaded[n]) for n in base)
+
+    for n, p in model.named_parameters():  # the training model is untouched
+        assert torch.equal(p, before[n]), n
