@@ -315,7 +315,6 @@ class VLLMEngine:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         vllm = import_vllm()
-        self._vllm = vllm
         self.tokenizer = tokenizer
         model = _unwrap(model)
         self.is_peft = _is_peft(model)
