@@ -12,6 +12,7 @@ at start-up, naming the key.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Optional
 
 from lightning.pytorch.cli import LightningCLI
@@ -39,6 +40,8 @@ class LitRLVRCLI(LightningCLI):
 
 def main(args: Optional[list[str]] = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # GRPOModule checkpoints after its optimizer steps on purpose (the state a resumed run continues from).
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     LitRLVRCLI(
         GRPOModule,
         PromptDataModule,

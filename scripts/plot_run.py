@@ -44,10 +44,11 @@ def main() -> None:
     ax.plot(steps, reward, color="tab:blue", alpha=0.3, label="training accuracy (sampled rollouts)")
     ax.plot(steps, smooth, color="tab:blue", label=f"same, {w}-step moving average")
     for key, color in [("val/pass@1", "tab:green"), ("val/mean@4", "tab:orange")]:
-        val = [(int(r["step"]), r[key]) for r in rows if key in r]
+        # Logged at step 0 before training, else at the index of the last step run (so +1 = steps done).
+        val = [(0 if int(r["step"]) == 0 else int(r["step"]) + 1, r[key]) for r in rows if key in r]
         if val:
-            ax.plot([s for s, _ in val], [v for _, v in val], "o--", color=color, label=f"held-out {key[4:]}")
-    ax.set_xlabel("training step")
+            ax.plot([s for s, _ in val], [v for _, v in val], "o", markersize=8, color=color, label=f"held-out {key[4:]} (64 prompts)")
+    ax.set_xlabel("training steps done")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)

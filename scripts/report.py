@@ -1,6 +1,6 @@
 """Plots and a markdown table from the logs of any runs (simulated or real ``lit-rlvr fit`` runs).
 
-    python scripts/report.py runs/sim --out docs/img --target 0.65
+    python scripts/report.py runs/sim --out docs/img --target 0.7 0.8
     python scripts/report.py runs/greso runs/dapo --out runs/report     # real runs: <run>/csv/version_*/metrics.csv
 
 Runs are grouped into strategies by folder name (``<strategy>/seed<k>`` or
@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("roots", nargs="+", help="run folders, or folders holding runs")
     p.add_argument("--out", default=None, help="output folder (default: <first root>/report)")
-    p.add_argument("--target", type=float, default=None, help="accuracy target (default: the best accuracy every run reaches)")
+    p.add_argument("--target", type=float, nargs="+", default=None,
+                   help="accuracy target(s), one table each (default: the best accuracy every run reaches)")
     p.add_argument("--metric", default="val/pass@1", help="accuracy column (default val/pass@1)")
     p.add_argument("--reference", nargs="+", default=["dynamic_sampling", "grpo"], help="strategies the table compares against")
     p.add_argument("--oracle", default="oracle", help="name of the oracle strategy, if any")

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default 0 1 2; --quick: 0 1)")
     p.add_argument("--record-selection-seeds", nargs="*", type=int, default=[0], help="seeds that write selection.csv")
     p.add_argument("--configs", default=None, help="folder of method configs (default: the repository's configs/methods)")
-    p.add_argument("--target", type=float, default=None, help="accuracy target for summary.json (default: auto)")
+    p.add_argument("--target", type=float, nargs="+", default=None, help="accuracy target(s) for summary.json (default: auto)")
     for f in fields(SimConfig):
         p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None, help=f"SimConfig.{f.name} (default {f.default})")
     args = p.parse_args(argv)
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
     total = time.perf_counter() - t0
 
     runs = [r for r in find_runs([out]) if r.strategy in walls and r.seed in {str(s) for s in seeds}]
-    summary = summarize(runs, args.target)
+    summaries = [summarize(runs, t) for t in (args.target or [None])]
+    summary: dict = {"targets": summaries}
     summary["sim_config"] = asdict(cfg)
     summary["seeds"] = seeds
     summary["wall_seconds"] = {"total": round(total, 1), "per_run": walls}
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> dict:
     from lit_rlvr.bench.report import _jsonable
 
     (out / "summary.json").write_text(json.dumps(_jsonable(summary), indent=1))
-    print(markdown_table(summary))
+    for s in summaries:
+        print(markdown_table(s))
     print(f"total wall time {total:.1f}s; wrote {out / 'summary.json'}")
     return summary
 

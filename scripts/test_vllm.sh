@@ -23,4 +23,4 @@ export VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-WARNING}"
 export TOKENIZERS_PARALLELISM=false
 
 cd "$ROOT"
-exec python -m pytest -m vllm tests/rollout/test_engine_contract.py -p no:cacheprovider -rs "$@"
+exec python -m pytest -m vllm tests/rollout/test_engine_contract.py tests/rollout/test_vllm_fit.py -p no:cacheprovider -rs "$@"

@@ -142,22 +142,27 @@ def _is_under(path: Path, root: Path) -> bool:
 
 
 def accuracy_curve(run: Run, metric: str = "val/pass@1") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cumulative rollouts [K], accuracy [K], step [K]) at every evaluation of ``metric``."""
-    acc = run.column(metric)
-    if acc.empty:
+    """(cumulative rollouts [K], accuracy [K], step [K]) at every evaluation of ``metric``.
+
+    Each evaluation is placed at the cumulative rollouts of the last training row logged before it
+    (or in the same row), in log order: Lightning logs a validation after the training row of its
+    step, and an evaluation before training (``evaluation.before_training``) first, at 0 rollouts.
+    """
+    df = run.metrics
+    if metric not in df:
         return np.zeros(0), np.zeros(0), np.zeros(0)
-    cum = run.column(CUM_GEN)
-    if cum.empty and "rollouts/generated" in run.metrics:
-        cum = run.column("rollouts/generated").cumsum()
-    steps = acc.index.to_numpy(dtype=np.float64)
-    if cum.empty:
-        x = np.full(len(steps), np.nan)
+    if CUM_GEN in df:
+        cum = df[CUM_GEN].ffill().fillna(0.0).cummax()
+    elif "rollouts/generated" in df:
+        cum = df["rollouts/generated"].fillna(0.0).cumsum()
     else:
-        cum = cum.cummax()
-        cs = cum.index.to_numpy(dtype=np.float64)
-        pos = np.searchsorted(cs, steps, side="right") - 1  # last training step at or before each evaluation
-        x = np.where(pos >= 0, cum.to_numpy(dtype=np.float64)[np.maximum(pos, 0)], 0.0)
-    return x, acc.to_numpy(dtype=np.float64), steps
+        cum = pd.Series(np.nan, index=df.index)
+    rows = df[metric].notna().to_numpy()
+    return (
+        cum.to_numpy(dtype=np.float64)[rows],
+        df[metric].to_numpy(dtype=np.float64)[rows],
+        df["step"].to_numpy(dtype=np.float64)[rows],
+    )
 
 
 def rollouts_to_target(x: np.ndarray, y: np.ndarray, target: float) -> float:
@@ -358,7 +363,7 @@ def _mean_curve(curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200) 
     return grid, ys.mean(0), ys.std(0, ddof=1) if len(ys) > 1 else np.zeros(len(grid))
 
 
-def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, target: Optional[float], x_axis: str = "rollouts") -> None:
+def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, targets: Sequence[float] = (), x_axis: str = "rollouts") -> None:
     import matplotlib.pyplot as plt
 
     groups = _group(runs)
@@ -371,18 +376,23 @@ def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, target: Optional
             curves.append((x if x_axis == "rollouts" else steps, y))
         grid, mean, std = _mean_curve(curves)
         if not len(grid):
+            points = [(x, y) for x, y in curves if len(x)]
+            if points:  # a single evaluation per run: draw it as a marker
+                ax.scatter([x[0] for x, _ in points], [y[0] for _, y in points], color=styles[name]["color"], label=name, s=18)
             continue
         ax.plot(grid, mean, label=f"{name} (n={len(rs)})", **styles[name])
         if len(rs) > 1:
             ax.fill_between(grid, mean - std, mean + std, color=styles[name]["color"], alpha=0.12, linewidth=0)
-    if target is not None and not math.isnan(target):
-        ax.axhline(target, color="0.4", linewidth=0.8, linestyle=":")
-        ax.text(ax.get_xlim()[0], target, f" target {target:.2f}", va="bottom", fontsize=8, color="0.3")
+    for target in targets:
+        if target is not None and not math.isnan(target):
+            ax.axhline(target, color="0.4", linewidth=0.8, linestyle=":")
+            ax.text(ax.get_xlim()[0], target, f" target {target:.2f}", va="bottom", fontsize=8, color="0.3")
     ax.set_xlabel("cumulative rollouts generated" if x_axis == "rollouts" else "training step")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} vs {'rollouts' if x_axis == 'rollouts' else 'steps'} (mean ± std over seeds)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, ncol=2, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -418,7 +428,8 @@ def plot_per_step(runs: Sequence[Run], path: Path, column: str, ylabel: str, tit
         ax.set_yscale("log")
     ax.set_title(title + (f" (mean over seeds, rolling mean of {smooth} steps)" if smooth > 1 else " (mean over seeds)"), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -516,14 +527,18 @@ def plot_selection_heatmaps(runs: Sequence[Run], path: Path, num_prompts: int = 
 def make_report(
     roots: Sequence[str | Path],
     out_dir: str | Path,
-    target: Optional[float] = None,
+    target: Optional[float | Sequence[float]] = None,
     metric: str = "val/pass@1",
     references: Sequence[str] = ("dynamic_sampling", "grpo"),
     oracle: str = "oracle",
     heatmap_prompts: int = 150,
     order: Optional[Sequence[str]] = None,
 ) -> dict[str, Any]:
-    """Write the plots, ``table.md`` and ``summary.json`` for every run under ``roots`` into ``out_dir``."""
+    """Write the plots, ``table.md`` and ``summary.json`` for every run under ``roots`` into ``out_dir``.
+
+    ``target``: one accuracy target or several (one table each); None picks ``auto_target``.
+    Returns the first target's summary, with ``tables`` (every target's) and ``files`` added.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -532,10 +547,13 @@ def make_report(
         raise FileNotFoundError(f"no runs (*/version_*/metrics.csv) under {', '.join(str(r) for r in roots)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(runs, target, metric, references, oracle)
+    targets = [target] if target is None or isinstance(target, (int, float)) else list(target)
+    summaries = [summarize(runs, t, metric, references, oracle) for t in targets]
+    summary = summaries[0]
+    lines = [s["target"] for s in summaries]
     files = []
-    plot_accuracy(runs, out / "accuracy_vs_rollouts.png", metric, summary["target"], "rollouts")
-    plot_accuracy(runs, out / "accuracy_vs_steps.png", metric, summary["target"], "steps")
+    plot_accuracy(runs, out / "accuracy_vs_rollouts.png", metric, lines, "rollouts")
+    plot_accuracy(runs, out / "accuracy_vs_steps.png", metric, lines, "steps")
     files += ["accuracy_vs_rollouts.png", "accuracy_vs_steps.png"]
     if any(not r.column("rollouts/effective_ratio").empty for r in runs):
         plot_per_step(runs, out / "effective_ratio.png", "rollouts/effective_ratio", "effective-rollout ratio",
@@ -547,11 +565,14 @@ def make_report(
         files.append("rollouts_per_step.png")
     if plot_selection_heatmaps(runs, out / "selection_heatmaps.png", heatmap_prompts):
         files.append("selection_heatmaps.png")
-    table = markdown_table(summary, order)
+    tables = [markdown_table(s, order) for s in summaries]
+    table = "\n".join(tables)
     (out / "table.md").write_text(table)
-    (out / "summary.json").write_text(json.dumps(_jsonable(summary), indent=1))
+    (out / "summary.json").write_text(json.dumps(_jsonable(summaries if len(summaries) > 1 else summary), indent=1))
     summary["files"] = files + ["table.md", "summary.json"]
     summary["table"] = table
+    summary["tables"] = tables
+    summary["summaries"] = summaries
     return summary
 
 

@@ -137,9 +137,9 @@ class SimConfig:
     """B: prompt groups a step trains on."""
     group_size: int = 8
     """G: rollouts per prompt (a method config's model.rollout.num_generations overrides it)."""
-    steps: int = 1_000
+    steps: int = 700
     """Most training steps per run."""
-    max_rollouts: int = 600_000
+    max_rollouts: int = 500_000
     """Stop a run once it has generated this many rollouts (0: run ``steps`` steps): every strategy
     gets the same rollout budget, whatever it spends per step."""
     pass_alpha: float = 0.3
