@@ -323,7 +323,9 @@ def markdown_table(summary: dict[str, Any], order: Optional[Sequence[str]] = Non
     oracle = summary.get("oracle")
     if oracle and oracle in strategies:
         parts = [
-            f"{_pm(strategies[oracle].get(f'vs_{r}'), '.2f')} of {r}'s" for r in refs if strategies[oracle].get(f"vs_{r}")
+            f"{_pm(strategies[oracle].get(f'vs_{r}'), '.2f')} of {r}'s"
+            for r in refs
+            if strategies[oracle].get(f"vs_{r}") and not math.isnan(strategies[oracle][f"vs_{r}"]["mean"])
         ]
         if parts:
             notes.append(f"The oracle (rolls out only prompts it knows will be effective) needs {' and '.join(parts)} rollouts: the limit.")
@@ -333,21 +335,26 @@ def markdown_table(summary: dict[str, Any], order: Optional[Sequence[str]] = Non
 # --------------------------------------------------------------------------- plots
 
 
-def _style(names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    import matplotlib
+_PALETTE = ["#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
+            "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5"]
+"""Line colours after the fixed ones (grpo grey, dynamic_sampling blue, oracle black)."""
 
-    cmap = matplotlib.colormaps["tab20"]
+
+def _style(names: Sequence[str]) -> dict[str, dict[str, Any]]:
     styles = {}
     k = 0
     for n in names:
         if n == "oracle":
             styles[n] = {"color": "black", "linestyle": "--", "linewidth": 1.8}
         elif n == "grpo":
-            styles[n] = {"color": "#7f7f7f", "linestyle": "-", "linewidth": 2.0}
+            styles[n] = {"color": "#7f7f7f", "linestyle": "-", "linewidth": 2.2}
         elif n == "dynamic_sampling":
-            styles[n] = {"color": "#1f77b4", "linestyle": "-", "linewidth": 2.0}
+            styles[n] = {"color": "#1f77b4", "linestyle": "-", "linewidth": 2.2}
         else:
-            styles[n] = {"color": cmap((2 * k + 2) % 20), "linestyle": ["-", "-.", ":"][k // 10 % 3], "linewidth": 1.6}
+            # compositions with PODS often coincide with their base in rollouts: dash them so both show
+            dashed = "pods" in n
+            styles[n] = {"color": _PALETTE[k % len(_PALETTE)], "linestyle": (0, (4, 2)) if dashed else "-",
+                         "linewidth": 1.4 if dashed else 1.8}
             k += 1
     return styles
 
@@ -368,7 +375,7 @@ def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, targets: Sequenc
 
     groups = _group(runs)
     styles = _style(list(groups))
-    fig, ax = plt.subplots(figsize=(8, 5.2))
+    fig, ax = plt.subplots(figsize=(9.5, 5.2))
     for name, rs in groups.items():
         curves = []
         for r in rs:
@@ -392,7 +399,7 @@ def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, targets: Sequenc
     ax.set_title(f"{metric} vs {'rollouts' if x_axis == 'rollouts' else 'steps'} (mean ± std over seeds)")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, ncol=2, loc="lower right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -417,7 +424,7 @@ def plot_per_step(runs: Sequence[Run], path: Path, column: str, ylabel: str, tit
     styles = _style(list(groups))
     n_steps = max((len(r.column(column)) for r in runs), default=0)
     smooth = max(1, n_steps // 40)
-    fig, ax = plt.subplots(figsize=(8, 5.2))
+    fig, ax = plt.subplots(figsize=(9.5, 5.2))
     for name, rs in groups.items():
         x, y = _step_mean(rs, column, smooth)
         if len(x):
@@ -429,7 +436,7 @@ def plot_per_step(runs: Sequence[Run], path: Path, column: str, ylabel: str, tit
     ax.set_title(title + (f" (mean over seeds, rolling mean of {smooth} steps)" if smooth > 1 else " (mean over seeds)"), fontsize=10)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, ncol=2)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
