@@ -16,9 +16,8 @@ Two scenarios by default:
     python scripts/bench_selection_overhead.py                  # both scenarios, 50 steps
     python scripts/bench_selection_overhead.py --pool-sizes 1024 --steps 20
 
-The GRESO observe column includes ``base.group_observations`` (a Python loop over
-rollouts); its share is printed separately as ``group_observations``, next to a vectorised
-equivalent (``group_observations_vectorized``, checked to agree) proposed for base.py.
+The GRESO observe column includes ``base.group_observations`` (vectorised scatter
+reductions); its share is printed separately as ``group_observations``.
 """
 
 from __future__ import annotations
@@ -37,23 +36,6 @@ from lit_rlvr.callbacks.pods import PODS
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 
 _COMPLETION = Completion([1], [0.0], "stop")
-
-
-def group_observations_vectorized(batch: RolloutBatch, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Same rows as ``base.group_observations`` (sorted by pool index), without a Python loop.
-
-    Proposed as a drop-in replacement for base.py; this script checks the two agree.
-    """
-    rows = torch.arange(len(batch)) if mask is None else torch.nonzero(mask).flatten()
-    p = batch.prompt_index[rows]  # [n]
-    r = batch.rewards[rows].double()  # [n]
-    uniq, inv = torch.unique(p, return_inverse=True)  # [K] sorted pool indices, [n]
-    k = len(uniq)
-    n = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, torch.ones_like(r))  # [K]
-    total = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, r)  # [K]
-    lo = torch.full((k,), float("inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amin")  # [K]
-    hi = torch.full((k,), float("-inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amax")  # [K]
-    return torch.stack([batch.pool.ids[uniq].double(), n, total, (lo == hi).double()], dim=1).reshape(-1, 4)
 
 
 def make_pool(ids: np.ndarray, batch_size: int) -> PromptPool:
@@ -105,7 +87,7 @@ def run(num_prompts: int, pool_size: int, steps: int, group_size: int, pods_keep
     pods = PODS(num_keep=pods_keep)
     ds.setup_selection(trainer, None, [greso, ds, pods])
     times: dict[str, list[float]] = {k: [] for k in (
-            "greso_skip", "greso_observe", "group_observations", "group_observations_vectorized", "ds_plan", "ds_select", "pods_select"
+            "greso_skip", "greso_observe", "group_observations", "ds_plan", "ds_select", "pods_select"
         )}
     stats = {"rollouts": [], "skipped": [], "rounds": []}
     for step in range(steps):
@@ -121,12 +103,8 @@ def run(num_prompts: int, pool_size: int, steps: int, group_size: int, pods_keep
         times["ds_plan"].append(plan_s)
 
         t0 = time.perf_counter()
-        reference = group_observations(batch)
+        group_observations(batch)
         times["group_observations"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        fast = group_observations_vectorized(batch)
-        times["group_observations_vectorized"].append(time.perf_counter() - t0)
-        assert torch.allclose(reference, fast), "vectorised group_observations disagrees with base"
 
         t0 = time.perf_counter()
         greso.on_rollouts_scored(trainer, module, batch)
@@ -173,7 +151,6 @@ def main() -> None:
             ("GRESO.on_train_batch_start", ["greso_skip"]),
             ("GRESO.on_rollouts_scored", ["greso_observe"]),
             ("  of which group_observations", ["group_observations"]),
-            ("  (vectorised group_observations)", ["group_observations_vectorized"]),
             ("DynamicSampling.plan (all rounds)", ["ds_plan"]),
             ("DynamicSampling.select_rollouts", ["ds_select"]),
             ("PODS.select_rollouts", ["pods_select"]),

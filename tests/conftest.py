@@ -1,11 +1,12 @@
-"""Shared fixtures: one torch thread per test process (2-core machines), tiny policies."""
+"""Shared test set-up: torch threads, and each test runs in its own temporary directory."""
 
 import os
 
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+if "OMP_NUM_THREADS" not in os.environ:  # respect an explicit setting (shared machines: 1 avoids spin-wait stalls)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture(autouse=True)

@@ -206,12 +206,18 @@ def gather_rows(trainer: Optional[pl.Trainer], rows: torch.Tensor) -> torch.Tens
 
 
 def group_observations(batch: RolloutBatch, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """[K, 4] float64 rows (prompt id, n rollouts, reward sum, reward min==max) per group.
+    """[K, 4] float64 rows (prompt id, n rollouts, reward sum, reward min==max) per group, by pool index.
 
     The compact per-group summary most selectors update from; ``gather_rows`` it across ranks.
+    Vectorised (scatter reductions): milliseconds for hundreds of thousands of rollouts.
     """
-    rows = []
-    for p, idx in sorted(batch.group_indices(mask).items()):
-        r = batch.rewards[idx].double()
-        rows.append([float(batch.pool.ids[p]), float(len(idx)), float(r.sum()), float(r.max() == r.min())])
-    return torch.tensor(rows, dtype=torch.float64).reshape(-1, 4)
+    rows = torch.arange(len(batch)) if mask is None else torch.nonzero(mask).flatten()
+    p = batch.prompt_index[rows]  # [n]
+    r = batch.rewards[rows].double()  # [n]
+    uniq, inv = torch.unique(p, return_inverse=True)  # [K] sorted pool indices, [n]
+    k = len(uniq)
+    n = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, torch.ones_like(r))  # [K]
+    total = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, r)  # [K]
+    lo = torch.full((k,), float("inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amin")  # [K]
+    hi = torch.full((k,), float("-inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amax")  # [K]
+    return torch.stack([batch.pool.ids[uniq].double(), n, total, (lo == hi).double()], dim=1).reshape(-1, 4)
