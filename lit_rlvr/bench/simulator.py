@@ -38,6 +38,16 @@ Dynamics (every constant is a ``SimConfig`` field)
 * **Accuracy** (``val/pass@1``): the exact expected pass rate on ``num_val`` held-out
   prompts drawn from the same difficulty distribution: mean_j sigmoid(skill − d_j).
   No sampling noise; it depends on skill only.
+* **Scale and seeds.** Defaults: 10,000 train prompts, B = 128, G = 8 (a method config's
+  ``num_generations`` wins), each run stops at ``max_rollouts`` = 500,000 generated
+  rollouts or ``steps`` = 700, so every strategy gets the same rollout budget. The
+  difficulties come from ``dataset_seed`` (fixed); the run seed drives the data order
+  (``PromptDataModule(seed=...)``), the outcomes and the selectors' draws (``module.seed``).
+
+Left out on purpose (read results with it): learning is linear in the gradient's size (no
+diminishing returns from a larger effective batch); zero-variance rollouts left in a batch
+cost only their generation (the real token-mean loss would dilute the step); PODS's saving
+(a cheaper update) and wall-clock generation cost are not modelled.
 
 The oracle
 ----------
@@ -48,7 +58,18 @@ Each step trains on B groups that are all effective, spending exactly B·G rollo
 effective-rollout ratio 1.0: with ``signal="groups"`` no step gains more than eta (no
 strategy trains on more than B groups), so the oracle's B·G rollouts per eta of skill is the
 limit for every strategy that rolls out groups of G (VIGOR and SARA vary group sizes but
-spend up to B·G per step for at most B groups, so it bounds them too).
+spend up to B·G per step for at most B groups, so it bounds them too). With
+``signal="rollouts"`` it is a bound outright: no strategy has more in-gradient rollouts than
+it generates. When fewer than B prompts of the whole data set would be mixed (late, at
+accuracy above ~0.93 with the defaults) it rolls out fewer.
+
+Stand-ins
+---------
+``SimTrainer`` provides what the module and the selectors read from a ``Trainer``
+(``callbacks``, ``datamodule``, ``world_size = 1``, ``global_rank``, ``log_dir``);
+``simulate`` calls every callback's ``on_train_batch_start`` in list order before
+``training_step``, as Lightning does, and ``module.on_fit_start()`` once (the module's own
+composition checks and every selector's ``setup_selection``).
 
 Timing
 ------
@@ -63,7 +84,6 @@ from __future__ import annotations
 import csv
 import importlib
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -86,7 +106,7 @@ from lit_rlvr.data.sources import PromptSource
 from lit_rlvr.module import GRPOModule, RolloutSettings
 from lit_rlvr.rewards.base import RewardFunction
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
-from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+from lit_rlvr.types import Completion, RolloutBatch
 
 __all__ = [
     "DEFAULT_STRATEGIES",
