@@ -1,6 +1,6 @@
 """Plots and a markdown table from the logs of any runs (simulated or real ``lit-rlvr fit`` runs).
 
-    python scripts/report.py runs/sim --out docs/img --target 0.7 0.8
+    python scripts/report.py runs/sim --out runs/sim/report --target 0.7 0.75
     python scripts/report.py runs/greso runs/dapo --out runs/report     # real runs: <run>/csv/version_*/metrics.csv
 
 Runs are grouped into strategies by folder name (``<strategy>/seed<k>`` or
