@@ -35,6 +35,7 @@ Composition (found in ``setup_selection``, duck-typed so any selector can offer 
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -56,6 +57,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
 
 __all__ = ["DynamicSampling", "refill_size", "effective_groups"]
+
+log = logging.getLogger(__name__)
 
 MIN_EFFECTIVE_RATIO = 0.05
 """Floor on the observed effective ratio when sizing a refill (avoids dividing by ~0)."""
@@ -195,6 +198,9 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         self._cap_hit = False
         # State across steps.
         self.cap_hits = 0
+        self.underfilled_steps = 0
+        self._underfilled = False
+        self._warned_underfilled = False
         self.last_effective_ratio: Optional[float] = None
         self._metrics: dict[str, float] = {}
 
@@ -213,10 +219,11 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
 
     def state_dict(self) -> dict[str, Any]:
         ratio = -1.0 if self.last_effective_ratio is None else float(self.last_effective_ratio)
-        return {"cap_hits": int(self.cap_hits), "last_effective_ratio": ratio}
+        return {"cap_hits": int(self.cap_hits), "underfilled_steps": int(self.underfilled_steps), "last_effective_ratio": ratio}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.cap_hits = int(state_dict.get("cap_hits", 0))
+        self.underfilled_steps = int(state_dict.get("underfilled_steps", 0))
         ratio = float(state_dict.get("last_effective_ratio", -1.0))
         self.last_effective_ratio = None if ratio < 0 else ratio
 
@@ -279,6 +286,17 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         chosen = self._unused(state)[:n_request]
         if len(chosen) < n_request:
             chosen += self._draw(state, n_request - len(chosen))
+        if not chosen:
+            # Nothing left to roll out (pool and draws exhausted, or every draw skipped): the step
+            # trains on fewer than B groups. Counted like a cap hit and warned about once.
+            self._underfilled = True
+            if not self._warned_underfilled:
+                log.warning(
+                    "DynamicSampling: no prompt left to refill with (%d of %d effective groups); training on "
+                    "what this step has (counted in select/DynamicSampling/underfilled_steps; warned once).",
+                    n_effective, batch_size,
+                )
+                self._warned_underfilled = True
         return self._schedule(state, chosen, group_size)
 
     def _begin_step(self, pool_size: int) -> None:
@@ -286,6 +304,7 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         self._evaluated = {}
         self._pending = []
         self._cap_hit = False
+        self._underfilled = False
 
     def _effective_ratio(self, n_effective: int, done: int) -> Optional[float]:
         if done > 0:
@@ -311,17 +330,21 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
     def _draw(self, state: RolloutState, n: int, attempts: int = 4) -> list[int]:
         """Up to n fresh prompts from ``state.draw``, passed through composed prompt filters (GRESO)."""
         kept: list[int] = []
-        for _ in range(attempts):
+        for attempt in range(attempts):
             if len(kept) >= n:
                 break
-            new = state.draw(n - len(kept))
+            # Composed filters may skip many draws: ask for more on each retry (×1, ×2, ×4, ×8).
+            new = state.draw((n - len(kept)) * 2**attempt)
             if not new:
                 break
             for f in self._prompt_filters:
                 f.filter_pool(state.pool, new, state.step, state.seed)
             keep = state.pool.keep
             kept += [i for i in new if bool(keep[i])]
-        return kept
+        surplus = kept[n:]
+        if surplus:  # drawn but not needed: out of this step's pool
+            state.pool.keep[surplus] = False
+        return kept[:n]
 
     def _schedule(self, state: RolloutState, chosen: list[int], group_size: int) -> torch.Tensor:
         counts = torch.zeros(len(state.pool), dtype=torch.long)
@@ -367,10 +390,13 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
 
         rounds = int(batch.round.max()) + 1 if n else 0
         # Counts summed over ranks, so every rank holds the same state (each rolls out its share).
-        counts = gather_rows(trainer, torch.tensor([[len(eff_groups), len(groups), float(self._cap_hit)]], dtype=torch.float64))
-        eff_total, groups_total, cap_total = counts.sum(0).tolist()
+        flags = [len(eff_groups), len(groups), float(self._cap_hit), float(getattr(self, "_underfilled", False))]
+        counts = gather_rows(trainer, torch.tensor([flags], dtype=torch.float64))
+        eff_total, groups_total, cap_total, underfilled_total = counts.sum(0).tolist()
         if cap_total > 0:
             self.cap_hits += 1
+        if underfilled_total > 0:
+            self.underfilled_steps += 1
         if groups_total > 0:
             self.last_effective_ratio = eff_total / groups_total
         self._metrics = {
@@ -384,6 +410,7 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
             "rollouts_dropped": float(int(keep_in.sum()) - int(keep.sum())),
             "cap_hit": float(self._cap_hit),
             "cap_hits": float(self.cap_hits),
+            "underfilled_steps": float(self.underfilled_steps),
         }
         self._cap_hit = False
         return keep

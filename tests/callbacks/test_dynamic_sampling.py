@@ -145,6 +145,8 @@ def test_pool_exhausted_without_drawer_stops_without_cap():
     assert rounds == 2 and not hit_cap  # rounds: {0, 1}, {2}; then nothing left
     ds.select_rollouts(None, module(), batch)
     assert ds.metrics()["cap_hit"] == 0
+    # ... but the step is under-filled (0 of 2 effective groups): counted, not silent.
+    assert ds.metrics()["underfilled_steps"] == 1 and ds.state_dict()["underfilled_steps"] == 1
 
 
 def test_refill_draws_fresh_prompts_when_the_pool_runs_out():
