@@ -66,7 +66,6 @@ def build_inputs(workdir: Path, total_steps: int) -> dict[str, Any]:
     """Save the tiny model + tokenizer once, and the prompts of steps 0..total_steps-1 as lit-rlvr serves them."""
     import torch
 
-    from lit_rlvr.data import PromptDataModule, ReasoningGymSource
     from lit_rlvr.policy import PolicyConfig, load_policy, save_tokenizer
 
     model_dir = workdir / "tiny-model"
