@@ -65,7 +65,7 @@ def test_resumed_run_makes_the_same_decisions(tmp_path, method):
     _assert_same(straight["states"], resumed["states"])
 
 
-@pytest.mark.parametrize("method", ["greso_pods", "sara_dps", "mopps"])
+@pytest.mark.parametrize("method", ["greso_pods", "sara_dps"])
 def test_two_ddp_ranks_hold_identical_selector_state(tmp_path, method):
     """2 processes (gloo on CPU): selector state and pre-rollout decisions agree on both ranks."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
