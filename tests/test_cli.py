@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BASES = [ROOT / "configs" / "tiny.yaml", ROOT / "configs" / "quickstart.yaml"]
 METHODS = sorted((ROOT / "configs" / "methods").glob("*.yaml"))
 GPU = sorted((ROOT / "configs" / "gpu").glob("*.yaml"))
+OTHER = sorted(set((ROOT / "configs").rglob("*.yaml")) - set(BASES) - set(METHODS) - set(GPU))
 
 
 def _print_config(capsys, *configs: Path) -> str:
@@ -40,6 +41,15 @@ def test_method_configs_compose_with_each_base(capsys, base, method):
 @pytest.mark.parametrize("gpu", GPU, ids=lambda p: p.name)
 def test_gpu_configs_parse(capsys, gpu):
     _print_config(capsys, gpu)
+
+
+@pytest.mark.parametrize("config", OTHER, ids=lambda p: str(p.relative_to(ROOT / "configs")))
+def test_every_other_config_parses(capsys, config):
+    """Benchmark configs and anything else under configs/ (standalone, or on top of tiny.yaml)."""
+    try:
+        _print_config(capsys, config)
+    except (SystemExit, AssertionError):
+        _print_config(capsys, BASES[0], config)
 
 
 def test_method_configs_instantiate_their_selectors():
