@@ -150,7 +150,8 @@ def test_export_adapter_and_merged_roundtrip(tmp_path, probe_ids):
     assert not (tmp_path / "merged" / "adapter_config.json").exists()
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     assert not isinstance(merged, peft.PeftModel)
-    torch.testing.assert_close(_logits(merged, probe_ids), live, atol=1e-5, rtol=0)  # W+BA vs W, BA apart
+    # W+BA vs W, BA apart: the merged sum rounds differently (seen up to 1.5e-5 with 2 threads).
+    torch.testing.assert_close(_logits(merged, probe_ids), live, atol=1e-4, rtol=0)
     assert isinstance(model, peft.PeftModel) and model.training
     assert torch.equal(_logits(model, probe_ids), live)
 
