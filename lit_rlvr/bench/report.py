@@ -505,7 +505,8 @@ def plot_selection_heatmaps(runs: Sequence[Run], path: Path, num_prompts: int = 
     names = list(chosen)
     ncols = min(4, len(names))
     nrows = math.ceil(len(names) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.6 * nrows + 0.6), squeeze=False)
+    width = max(3.4 * ncols, 8.5)  # room for the title and the 5-entry legend with one panel
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, 3.6 * nrows + 0.6), squeeze=False)
     cmap = ListedColormap(STATUS_COLORS)
     for ax, name in zip(axes.flat, names):
         mat, epochs = selection_matrix(chosen[name], prompts)
@@ -520,7 +521,7 @@ def plot_selection_heatmaps(runs: Sequence[Run], path: Path, num_prompts: int = 
         ax.axis("off")
     axes[0][0].set_ylabel(f"{len(prompts)} sampled prompts (easiest on top)", fontsize=8)
     handles = [Patch(facecolor=c, edgecolor="0.6", label=l) for c, l in zip(STATUS_COLORS[1:], ["skipped", "not rolled out (unused)", "easy (all correct)", "hard (all wrong)", "effective (mixed)"])]
-    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=5 if width >= 8.5 else 3, fontsize=8, frameon=False)
     fig.suptitle("Per-prompt selection outcome by epoch (first seed of each strategy)", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     fig.savefig(path, dpi=110)
