@@ -41,20 +41,7 @@ OUT = ROOT / "runs" / "bench_real"
 STRATEGIES = ["grpo", "dynamic_sampling", "greso", "pods", "vigor", "sara", "mopps", "dps"]
 
 
-class RolloutBudget(Callback):
-    """Stop training once ``pl_module.totals.rollouts_generated`` reaches ``budget``.
-
-    Sets ``trainer.should_stop`` after the step that reaches it; Lightning then runs the
-    validation loop once more (it validates when a callback requests an early stop).
-    """
-
-    def __init__(self, budget: int) -> None:
-        super().__init__()
-        self.budget = int(budget)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if pl_module.totals.rollouts_generated >= self.budget:
-            trainer.should_stop = True
+from lit_rlvr.bench.budget import RolloutBudget  # noqa: E402  (re-exported: scripts.bench_real.RolloutBudget)
 
 
 # ----------------------------------------------------------------------------- warm-up
@@ -218,7 +205,7 @@ def run(args) -> None:
     for strategy in args.strategies:
         method = ROOT / "configs" / "methods" / f"{strategy}.yaml"
         callbacks = list((_load_yaml(method).get("trainer") or {}).get("callbacks") or [])
-        callbacks.append({"class_path": "scripts.bench_real.RolloutBudget", "init_args": {"budget": args.budget}})
+        callbacks.append({"class_path": "lit_rlvr.bench.budget.RolloutBudget", "init_args": {"budget": args.budget}})
         for seed in args.seeds:
             rd = OUT / f"{strategy}_seed{seed}"
             if rd.exists():
