@@ -19,6 +19,7 @@ on every rank (``gather_rows`` + ``seeded_generator``), capped loops, exact coun
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -26,6 +27,8 @@ import lightning.pytorch as pl
 import torch
 
 from lit_rlvr.types import PromptPool, RolloutBatch
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
@@ -178,6 +181,20 @@ class TokenWeighter(SelectionCallback):
 
 
 # --------------------------------------------------------------------------- ranks and seeds
+
+
+def warn_if_pool_is_batch_sized(trainer: Optional[pl.Trainer], selector: str, advice: str) -> None:
+    """Warn when ``data.pool_multiple`` <= 1: a selector choosing B of the pool would keep every prompt."""
+    dm = getattr(trainer, "datamodule", None) if trainer is not None else None
+    multiple = getattr(dm, "pool_multiple", None)
+    if multiple is not None and multiple <= 1.0:
+        log.warning(
+            "%s selects B prompts from a candidate pool of data.pool_multiple × B, but data.pool_multiple = %s: "
+            "it will keep every prompt (%s).",
+            selector,
+            multiple,
+            advice,
+        )
 
 
 def seeded_generator(seed: int, step: int, prompt_id: int = -1, salt: str = "") -> torch.Generator:

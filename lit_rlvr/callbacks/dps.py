@@ -39,14 +39,13 @@ Decisions (matching the reference code's ``BayesianHMMSampler`` unless noted):
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows
+from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, warn_if_pool_is_batch_sized
 from lit_rlvr.callbacks.mopps import group_success, merge_rows, table_state
 from lit_rlvr.callbacks.state import PromptTable
 from lit_rlvr.types import PromptPool, RolloutBatch
@@ -54,7 +53,6 @@ from lit_rlvr.types import PromptPool, RolloutBatch
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
 
-log = logging.getLogger(__name__)
 
 UNSOLVED, PARTIAL, SOLVED = 0, 1, 2
 
@@ -112,14 +110,7 @@ class DPS(PromptSelector):
     # ------------------------------------------------------------------ setup and state
 
     def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
-        dm = getattr(trainer, "datamodule", None) if trainer is not None else None
-        multiple = getattr(dm, "pool_multiple", None)
-        if multiple is not None and multiple <= 1.0:
-            log.warning(
-                "DPS selects B prompts from a candidate pool of data.pool_multiple × B, but data.pool_multiple = %s: "
-                "it will keep every prompt (the paper uses 32 on MATH, 8 otherwise).",
-                multiple,
-            )
+        warn_if_pool_is_batch_sized(trainer, "DPS", "the paper uses 32 on MATH, 8 otherwise")
 
     def _state_key_fields(self) -> dict[str, Any]:
         return {"prior_alpha": self.prior_alpha, "success_threshold": self.success_threshold}

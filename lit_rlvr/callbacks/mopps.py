@@ -37,21 +37,19 @@ Implementation notes:
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import TYPE_CHECKING, Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, group_observations, seeded_generator
+from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, group_observations, seeded_generator, warn_if_pool_is_batch_sized
 from lit_rlvr.callbacks.state import PromptTable
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
 
-log = logging.getLogger(__name__)
 
 
 def group_success(batch: RolloutBatch, success_threshold: Optional[float]) -> torch.Tensor:
@@ -133,14 +131,7 @@ class MoPPS(PromptSelector):
     # ------------------------------------------------------------------ setup and state
 
     def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
-        dm = getattr(trainer, "datamodule", None) if trainer is not None else None
-        multiple = getattr(dm, "pool_multiple", None)
-        if multiple is not None and multiple <= 1.0:
-            log.warning(
-                "MoPPS selects B prompts from a candidate pool of data.pool_multiple × B, but data.pool_multiple = %s: "
-                "it will keep every prompt (set data.pool_multiple to τ, e.g. 16 as in the paper on MATH, 8 on Countdown).",
-                multiple,
-            )
+        warn_if_pool_is_batch_sized(trainer, "MoPPS", "set data.pool_multiple to τ, e.g. 16 as in the paper on MATH, 8 on Countdown")
 
     def _state_key_fields(self) -> dict[str, Any]:
         return {"prior_alpha": self.prior_alpha, "prior_beta": self.prior_beta, "success_threshold": self.success_threshold}

@@ -13,7 +13,7 @@ import abc
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from lit_rlvr.rewards.timeout import error_summary
 
@@ -36,12 +36,15 @@ class RewardFunction(abc.ABC):
 
     name: str = "reward"
 
-    def __init__(self, weight: float = 1.0) -> None:
+    def __init__(self, weight: float = 1.0, name: Optional[str] = None) -> None:
         """
         Args:
             weight: multiplier of this function's score in the total reward.
+            name: overrides the class's ``name`` (two instances of one class need distinct names).
         """
         self.weight = float(weight)
+        if name is not None:
+            self.name = name
 
     @abc.abstractmethod
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
@@ -195,3 +198,31 @@ class RewardScorer:
                 )
         elif k >= 10 and str(k).rstrip("0") == "1":
             log.warning("reward %r %s %d times so far (each scored 0); last: %s", name, what, k, error_summary(exc))
+
+
+def outcomes_to_scores(outcomes: Sequence[Any], what: str, timeout_s: float, convert: Any = float) -> list[Any]:
+    """Worker ``CallOutcome``s -> scores, or the exception each failed item stands for.
+
+    A timed-out item becomes ``RewardTimeout`` naming ``what``; a failed one ``RewardCallError``;
+    a value that ``convert`` rejects, the exception it raised.
+    """
+    out: list[Any] = []
+    for res in outcomes:
+        if res.timed_out:
+            out.append(RewardTimeout(f"{what} took longer than {timeout_s:g} s"))
+        elif not res.ok:
+            out.append(RewardCallError(str(res.value)))
+        else:
+            try:
+                out.append(convert(res.value))
+            except Exception as e:  # noqa: BLE001 - the scorer counts it as that item's error
+                out.append(e)
+    return out
+
+
+def first_or_raise(results: Sequence[Any]) -> float:
+    """The single score of a one-item ``score_batch`` call, raising the exception it stands for."""
+    r = results[0]
+    if isinstance(r, BaseException):
+        raise r
+    return r

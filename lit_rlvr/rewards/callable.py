@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from lit_rlvr.rewards.base import RewardCallError, RewardFunction, RewardTimeout
+from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import TimeLimitedCaller, resolve_callable
 
 
@@ -55,10 +55,7 @@ class CallableReward(RewardFunction):
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
         if self._caller is None:
             return float(self._fn(completion=completion, answer=answer, metadata=metadata))
-        r = self.score_batch([completion], [answer], [metadata])[0]
-        if isinstance(r, BaseException):
-            raise r
-        return r
+        return first_or_raise(self.score_batch([completion], [answer], [metadata]))
 
     def score_batch(
         self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
@@ -66,18 +63,7 @@ class CallableReward(RewardFunction):
         if self._caller is None:
             return super().score_batch(completions, answers, metadata)
         args = [(self.fn, c, a, m) for c, a, m in zip(completions, answers, metadata)]
-        out: list[float | BaseException] = []
-        for res in self._caller.call_many(args):
-            if res.timed_out:
-                out.append(RewardTimeout(f"{self.fn} took longer than {self.timeout_s:g} s"))
-            elif not res.ok:
-                out.append(RewardCallError(str(res.value)))
-            else:
-                try:
-                    out.append(float(res.value))
-                except Exception as e:
-                    out.append(e)
-        return out
+        return outcomes_to_scores(self._caller.call_many(args), str(self.fn), self.timeout_s)
 
     def close(self) -> None:
         """Stop the worker process, if any (it restarts on the next call)."""

@@ -45,9 +45,7 @@ class FormatReward(RewardFunction):
         weight: float = 1.0,
         name: Optional[str] = None,
     ) -> None:
-        super().__init__(weight=weight)
-        if name is not None:
-            self.name = name
+        super().__init__(weight=weight, name=name)
         try:
             self._pattern = re.compile(pattern, re.DOTALL)
             self._think = re.compile(think_pattern, re.DOTALL)

@@ -6,7 +6,7 @@ import functools
 from typing import Any, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
-from lit_rlvr.rewards.base import RewardCallError, RewardFunction, RewardTimeout
+from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import TimeLimitedCaller
 
 _SILENCED = False
@@ -93,9 +93,7 @@ class MathVerifyReward(RewardFunction):
         weight: float = 1.0,
         name: Optional[str] = None,
     ) -> None:
-        super().__init__(weight=weight)
-        if name is not None:
-            self.name = name
+        super().__init__(weight=weight, name=name)
         if extraction not in ANSWER_MODES:
             raise ValueError(f"MathVerifyReward: extraction must be one of {ANSWER_MODES}, got {extraction!r}")
         self.timeout_s = float(timeout_s)
@@ -110,24 +108,13 @@ class MathVerifyReward(RewardFunction):
         return completion if extracted is None else extracted
 
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
-        r = self.score_batch([completion], [answer], [metadata])[0]
-        if isinstance(r, BaseException):
-            raise r
-        return r
+        return first_or_raise(self.score_batch([completion], [answer], [metadata]))
 
     def score_batch(
         self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
     ) -> list[float | BaseException]:
         args = [(str(a), self.prediction(c or "")) for c, a in zip(completions, answers)]
-        out: list[float | BaseException] = []
-        for res in self._caller.call_many(args):
-            if res.timed_out:
-                out.append(RewardTimeout(f"math-verify took longer than {self.timeout_s:g} s"))
-            elif not res.ok:
-                out.append(RewardCallError(str(res.value)))
-            else:
-                out.append(1.0 if res.value else 0.0)
-        return out
+        return outcomes_to_scores(self._caller.call_many(args), "math-verify", self.timeout_s, lambda v: 1.0 if v else 0.0)
 
     def close(self) -> None:
         """Stop the worker process (it restarts on the next call)."""

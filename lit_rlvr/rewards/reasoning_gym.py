@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
-from lit_rlvr.rewards.base import RewardCallError, RewardFunction, RewardTimeout
+from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import TimeLimitedCaller
 
 _SCORERS: dict[str, Callable[..., float]] = {}
@@ -65,9 +65,7 @@ class ReasoningGymReward(RewardFunction):
         weight: float = 1.0,
         name: Optional[str] = None,
     ) -> None:
-        super().__init__(weight=weight)
-        if name is not None:
-            self.name = name
+        super().__init__(weight=weight, name=name)
         if extraction not in ANSWER_MODES:
             raise ValueError(f"ReasoningGymReward: extraction must be one of {ANSWER_MODES}, got {extraction!r}")
         self.extraction = extraction
@@ -95,10 +93,7 @@ class ReasoningGymReward(RewardFunction):
         dataset, entry = self._task(answer, metadata)
         if self._caller is None:
             return score_reasoning_gym(dataset, extracted, entry)
-        r = self._call([(dataset, extracted, entry)])[0]
-        if isinstance(r, BaseException):
-            raise r
-        return r
+        return first_or_raise(self._call([(dataset, extracted, entry)]))
 
     def score_batch(
         self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
@@ -125,15 +120,7 @@ class ReasoningGymReward(RewardFunction):
 
     def _call(self, args: list[tuple]) -> list[float | BaseException]:
         assert self._caller is not None
-        out: list[float | BaseException] = []
-        for res in self._caller.call_many(args):
-            if res.timed_out:
-                out.append(RewardTimeout(f"reasoning-gym scoring took longer than {self.timeout_s:g} s"))
-            elif not res.ok:
-                out.append(RewardCallError(str(res.value)))
-            else:
-                out.append(float(res.value))
-        return out
+        return outcomes_to_scores(self._caller.call_many(args), "reasoning-gym scoring", self.timeout_s)
 
     def close(self) -> None:
         """Stop the worker process, if any (it restarts on the next call)."""
