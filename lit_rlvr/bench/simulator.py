@@ -93,13 +93,8 @@ import numpy as np
 import torch
 import yaml
 
-from lit_rlvr.callbacks.base import (
-    RolloutAllocator,
-    RolloutFilter,
-    RolloutState,
-    SelectionCallback,
-    TokenWeighter,
-)
+from lit_rlvr.bench.timing import Stopwatch, instrument
+from lit_rlvr.callbacks.base import RolloutAllocator, RolloutState, SelectionCallback
 from lit_rlvr.callbacks.greso import seeded_uniform
 from lit_rlvr.data.datamodule import PromptDataModule
 from lit_rlvr.data.sources import PromptSource
@@ -488,66 +483,6 @@ def strategy_spec(name: str, configs_dir: Optional[str | Path] = None) -> Strate
     )
 
 
-# --------------------------------------------------------------------------- timing
-
-
-class _Stopwatch:
-    """Sums wall time inside wrapped selector hooks (outermost call only), minus nested data draws."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.excluded = 0.0
-        self._depth = 0
-
-    def reset(self) -> None:
-        self.seconds = 0.0
-        self.excluded = 0.0
-
-    def wrap(self, fn: Callable) -> Callable:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if self._depth:
-                return fn(*args, **kwargs)
-            self._depth += 1
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - t0
-                self._depth -= 1
-
-        return timed
-
-    def exclude(self, fn: Callable) -> Callable:
-        def untimed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if self._depth:
-                    self.excluded += time.perf_counter() - t0
-
-        return untimed
-
-    @property
-    def selection_ms(self) -> float:
-        return 1000.0 * max(self.seconds - self.excluded, 0.0)
-
-
-def _instrument(selectors: list[Any], datamodule: Any, watch: _Stopwatch) -> None:
-    """Time the selectors' hooks (instance attributes shadow the methods; the objects stay the same)."""
-    for s in selectors:
-        hooks = ["on_train_batch_start", "on_rollouts_scored"]
-        if isinstance(s, RolloutAllocator):
-            hooks.append("plan")
-        if isinstance(s, RolloutFilter):
-            hooks.append("select_rollouts")
-        if isinstance(s, TokenWeighter):
-            hooks.append("token_weights")
-        for h in hooks:
-            setattr(s, h, watch.wrap(getattr(s, h)))
-    datamodule.draw = watch.exclude(datamodule.draw)
-
-
 # --------------------------------------------------------------------------- the run
 
 
@@ -606,8 +541,8 @@ def simulate(
         callbacks.append(recorder)  # last: it reads pool.keep after every selector ran
     trainer = SimTrainer(callbacks=callbacks, datamodule=dm, log_dir=str(run_dir) if run_dir else None)
     module.trainer = trainer
-    watch = _Stopwatch()
-    _instrument(selectors + [module._default_allocator], dm, watch)
+    watch = Stopwatch()
+    instrument(selectors + [module._default_allocator], dm, watch)
     module.on_fit_start()  # the module's own composition checks and setup_selection
 
     rows: list[dict[str, float]] = [

@@ -1,0 +1,42 @@
+"""Selection overhead: the Stopwatch's accounting, and SelectionTimer in a real fit."""
+
+import csv
+import glob
+import time
+
+from lit_rlvr.bench.timing import Stopwatch
+from lit_rlvr.cli import main
+from tests.bench.test_recorder import TINY
+
+
+def test_stopwatch_counts_outermost_calls_once_and_excludes_data_draws():
+    watch = Stopwatch()
+    draw = watch.exclude(lambda: time.sleep(0.05))
+    inner = watch.wrap(lambda: time.sleep(0.02))
+
+    def hook():
+        inner()  # nested selector hook: already inside the outer timing
+        draw()  # data time, subtracted
+        time.sleep(0.03)
+
+    watch.wrap(hook)()
+    assert 40 <= watch.selection_ms < 45 + 30  # 20 + 30 ms of selection; the 50 ms draw is excluded
+    draw()  # outside any hook: not counted at all
+    assert watch.excluded < 0.06
+    watch.reset()
+    assert watch.selection_ms == 0.0
+
+
+def test_selection_timer_logs_every_training_step():
+    main([
+        "fit", "--config", TINY, "--trainer.max_steps=3", "--data.pool_multiple=2",
+        "--trainer.callbacks+=lit_rlvr.bench.timing.SelectionTimer",  # first: its place does not matter
+        "--trainer.callbacks+=lit_rlvr.callbacks.GRESO",
+    ])  # runs under the test's tmp dir (conftest chdir)
+    (metrics,) = glob.glob("runs/tiny/csv/version_*/metrics.csv")
+    with open(metrics) as f:
+        train = [r for r in csv.DictReader(f) if r.get("rollouts/generated")]
+    assert len(train) == 3
+    ms = [float(r["time/selection_ms"]) for r in train]
+    assert all(m > 0 for m in ms)  # GRESO's hooks ran every step
+    assert all(m < 5_000 for m in ms)
