@@ -1,0 +1,218 @@
+"""Supervised warm-up of a tiny policy, so GRPO starts where per-prompt pass rates spread.
+
+A randomly initialised model solves nothing: every group is all-wrong and no selection
+strategy has anything to choose. The real-model benchmark therefore first trains the
+``"tiny"`` Llama of ``lit_rlvr.policy`` by supervised learning on the benchmark's own
+training prompts, rendered exactly as ``lit-rlvr fit`` renders them
+(``PromptDataModule.messages_for`` + chat template, ``render_prompt``), followed by the
+reference answer and EOS, with cross-entropy on the answer tokens only. It stops as soon
+as the sampled pass rates of a probe set of training prompts are spread (mean and
+fraction of mixed prompts above thresholds), before the model solves the task.
+
+``warm_up`` takes the benchmark's fit config (a YAML with ``data.source`` a
+``ReasoningGymSource`` and ``model.rewards[0]`` a ``ReasoningGymReward``), so the warm-up
+and the GRPO runs see the same prompts, template and scoring.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+import yaml
+
+
+@dataclass
+class WarmupSettings:
+    """The tiny model's size and the SFT loop's hyper-parameters and stopping rule."""
+
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 4
+    lr: float = 3e-3
+    batch_size: int = 32
+    max_steps: int = 400
+    eval_every: int = 10
+    group_size: int = 8
+    """Samples per probe prompt (temperature 1) when measuring pass rates."""
+    probe_prompts: int = 64
+    min_mean: float = 0.3
+    """Stop once the probe's mean pass rate reaches this ..."""
+    min_mixed_frac: float = 0.5
+    """... and at least this fraction of probe prompts is mixed (0 < pass rate < 1)."""
+    seed: int = 0
+
+
+def load_config(path: str | Path) -> dict:
+    return yaml.safe_load(Path(path).read_text()) or {}
+
+
+def build_datamodule(cfg: dict) -> Any:
+    """The config's ``PromptDataModule`` (set up), for a ``ReasoningGymSource``."""
+    from lit_rlvr.data import PromptDataModule, ReasoningGymSource
+
+    data = dict(cfg["data"])
+    src = data.pop("source")
+    if not src["class_path"].endswith("ReasoningGymSource"):
+        raise ValueError(f"the warm-up expects data.source to be a ReasoningGymSource, got {src['class_path']}")
+    dm = PromptDataModule(ReasoningGymSource(**src.get("init_args", {})), **data)
+    dm.setup()
+    return dm
+
+
+def build_reward(cfg: dict) -> Any:
+    """The config's first reward, a ``ReasoningGymReward``."""
+    from lit_rlvr.rewards import ReasoningGymReward
+
+    r = cfg["model"]["rewards"][0]
+    if not r["class_path"].endswith("ReasoningGymReward"):
+        raise ValueError(f"the warm-up expects model.rewards[0] to be a ReasoningGymReward, got {r['class_path']}")
+    return ReasoningGymReward(**r.get("init_args", {}))
+
+
+def answer_examples(tokenizer: Any, dm: Any, records: Sequence[Any]) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids as ``lit-rlvr fit`` renders them, answer ids + EOS) per record."""
+    from lit_rlvr.rollout.loop import render_prompt
+
+    out = []
+    for r in records:
+        prompt = render_prompt(tokenizer, dm.messages_for(r.question))
+        answer = tokenizer(r.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        out.append((prompt, answer))
+    return out
+
+
+def sft_batch(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Left-padded ``input_ids``, ``attention_mask`` and ``labels`` (N, T); labels are -100 off the answer."""
+    seqs = [p + a for p, a in examples]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for j, ((_, a), s) in enumerate(zip(examples, seqs)):
+        ids[j, width - len(s) :] = torch.tensor(s)
+        mask[j, width - len(s) :] = 1
+        labels[j, width - len(a) :] = torch.tensor(a)
+    return ids, mask, labels
+
+
+def answer_loss(model: Any, ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the answer tokens, computing logits only where they are needed.
+
+    Answers are right-aligned (``sft_batch``). The LM head over a 49k vocabulary dominates a
+    tiny model's cost, so the model returns logits for the last ``answer_len + 1`` positions
+    only (``logits_to_keep``); the result equals ``model(..., labels=labels).loss``.
+    """
+    answer_len = int((labels != -100).sum(dim=1).max())
+    keep = answer_len + 1
+    logits = model(input_ids=ids, attention_mask=attention_mask, logits_to_keep=keep).logits  # (N, keep, V)
+    targets = labels[:, -answer_len:]  # (N, answer_len): logits at position t score token t + 1
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
+
+
+@torch.no_grad()
+def pass_rates(model: Any, tokenizer: Any, dm: Any, records: Sequence[Any], reward: Any, group_size: int,
+               max_new_tokens: int, temperature: Optional[float]) -> list[float]:
+    """Per-prompt fraction of correct completions: ``group_size`` samples at ``temperature``, or one greedy (None)."""
+    from lit_rlvr.rollout.loop import render_prompt
+
+    was_training = model.training
+    model.eval()
+    prompts = [render_prompt(tokenizer, dm.messages_for(r.question)) for r in records]
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
+    if temperature is None:
+        kwargs.update(do_sample=False, num_return_sequences=1)
+        group_size = 1
+    else:
+        kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0, num_return_sequences=group_size)
+    out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    rates = []
+    for i, r in enumerate(records):
+        scores = [reward.score(t, r.answer, r.metadata) for t in texts[i * group_size : (i + 1) * group_size]]
+        rates.append(sum(s >= 1.0 for s in scores) / group_size)
+    model.train(was_training)
+    return rates
+
+
+def histogram(rates: Sequence[float], group_size: int) -> dict[str, int]:
+    """How many prompts solved k of ``group_size`` times, for k = 0..group_size."""
+    return {f"{k}/{group_size}": sum(round(r * group_size) == k for r in rates) for k in range(group_size + 1)}
+
+
+def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=print) -> dict:
+    """Train the tiny policy on ``config``'s training prompts until pass rates spread; save it to ``out``.
+
+    Returns (and writes to ``out/warmup.json``) a summary: the stopping step, the probe's
+    pass-rate histogram, greedy pass@1 on the train and held-out prompts, and the log.
+    ``out`` loads with ``policy.name_or_path: <out>``.
+    """
+    from lit_rlvr.policy import PolicyConfig, load_policy, save_tokenizer
+
+    s = settings
+    torch.manual_seed(s.seed)
+    cfg = load_config(config)
+    dm = build_datamodule(cfg)
+    reward = build_reward(cfg)
+    model, tok = load_policy(PolicyConfig(name_or_path="tiny", tiny_hidden_size=s.hidden, tiny_layers=s.layers,
+                                          tiny_heads=s.heads, seed=s.seed))
+    n_params = sum(p.numel() for p in model.parameters())
+    train, val = dm.train_records, dm.val_records
+    log(f"tiny Llama: hidden {s.hidden}, {s.layers} layers, {s.heads} heads, {n_params / 1e6:.2f}M params; "
+        f"{len(train)} train prompts ({len({r.question for r in train})} distinct), {len(val)} held-out")
+    examples = answer_examples(tok, dm, train)
+    max_new = int(cfg["model"]["rollout"]["max_new_tokens"])
+    probe, probe_val = train[: s.probe_prompts], val[: s.probe_prompts]
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(s.seed)
+    history: list[dict] = []
+    t0 = time.perf_counter()
+    rates: list[float] = []
+    met = False
+    step = 0
+    model.train()
+    for step in range(1, s.max_steps + 1):
+        idx = torch.randint(len(examples), (s.batch_size,), generator=gen).tolist()
+        loss = answer_loss(model, *sft_batch([examples[i] for i in idx], tok.pad_token_id))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % s.eval_every and step != s.max_steps:
+            continue
+        rates = pass_rates(model, tok, dm, probe, reward, s.group_size, max_new, 1.0)
+        heldout = pass_rates(model, tok, dm, probe_val, reward, 1, max_new, None)
+        mean, mixed = sum(rates) / len(rates), sum(0 < r < 1 for r in rates)
+        rec = {"step": step, "loss": round(loss.item(), 4), "mean_pass": round(mean, 3), "mixed": mixed,
+               "zero": sum(r == 0 for r in rates), "one": sum(r == 1 for r in rates),
+               "heldout_greedy": round(sum(heldout) / len(heldout), 3), "seconds": round(time.perf_counter() - t0, 1)}
+        history.append(rec)
+        log(json.dumps(rec))
+        if mean >= s.min_mean and mixed >= s.min_mixed_frac * len(rates):
+            met = True
+            break
+    if not met:
+        log(f"warning: the spread criterion was not met in {s.max_steps} steps; saving the last model")
+    greedy_val = pass_rates(model, tok, dm, val, reward, 1, max_new, None)
+    greedy_train = pass_rates(model, tok, dm, train[: len(val)], reward, 1, max_new, None)
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    model.save_pretrained(out, safe_serialization=True)
+    save_tokenizer(tok, out)
+    summary = {"config": str(config), "settings": asdict(s), "params": n_params, "stopped_at_step": step,
+               "criterion_met": met, "seconds": round(time.perf_counter() - t0, 1),
+               "probe_pass_rate_histogram": histogram(rates, s.group_size), "probe_mean_pass_rate": sum(rates) / len(rates),
+               "greedy_train_pass@1": sum(greedy_train) / len(greedy_train),
+               "greedy_heldout_pass@1": sum(greedy_val) / len(greedy_val), "log": history}
+    (out / "warmup.json").write_text(json.dumps(summary, indent=2))
+    return summary
