@@ -48,7 +48,7 @@ STRATEGIES = ["grpo", "dynamic_sampling", "greso", "pods", "greso_pods", "vigor"
 def warmup(args) -> None:
     from lit_rlvr.bench.warmup import WarmupSettings, warm_up
 
-    settings = WarmupSettings(hidden=args.hidden, layers=args.layers, heads=args.heads, lr=args.lr,
+    settings = WarmupSettings(hidden=args.hidden, layers=args.layers, heads=args.heads, sft_size=args.sft_size, lr=args.lr,
                               batch_size=args.batch_size, max_steps=args.max_steps, eval_every=args.eval_every,
                               group_size=args.g, probe_prompts=args.probe_prompts, min_mean=args.min_mean,
                               min_mixed_frac=args.min_mixed_frac, seed=args.seed)
@@ -161,6 +161,7 @@ def main(argv=None) -> None:
     w.add_argument("--hidden", type=int, default=128)
     w.add_argument("--layers", type=int, default=2)
     w.add_argument("--heads", type=int, default=4)
+    w.add_argument("--sft-size", type=int, default=20_000, help="fresh questions to train on (0: the RL train prompts)")
     w.add_argument("--lr", type=float, default=3e-3)
     w.add_argument("--batch-size", type=int, default=32)
     w.add_argument("--max-steps", type=int, default=3000)

@@ -5,7 +5,11 @@ strategy has anything to choose. The real-model benchmark therefore first trains
 ``"tiny"`` Llama of ``lit_rlvr.policy`` by supervised learning on the benchmark's own
 training prompts, rendered exactly as ``lit-rlvr fit`` renders them
 (``PromptDataModule.messages_for`` + chat template, ``render_prompt``), followed by the
-reference answer and EOS, with cross-entropy on the answer tokens only. It stops as soon
+reference answer and EOS, with cross-entropy on the answer tokens only. With ``sft_size``
+(the default) it trains on that many *fresh* questions of the same task, generated after the
+benchmark's training prompts and never a held-out question, so that GRPO's training prompts
+and the held-out prompts are equally new to the model; ``sft_size: 0`` trains on the
+benchmark's training prompts themselves (the model then partly memorises them). It stops as soon
 as the sampled pass rates of a probe set of training prompts are spread (mean and
 fraction of mixed prompts above thresholds), before the model solves the task.
 
@@ -35,6 +39,8 @@ class WarmupSettings:
     hidden: int = 128
     layers: int = 2
     heads: int = 4
+    sft_size: int = 20_000
+    """Fresh questions to train on (0: the benchmark's own training prompts)."""
     lr: float = 3e-3
     batch_size: int = 32
     max_steps: int = 400
@@ -74,6 +80,26 @@ def build_reward(cfg: dict) -> Any:
     if not r["class_path"].endswith("ReasoningGymReward"):
         raise ValueError(f"the warm-up expects model.rewards[0] to be a ReasoningGymReward, got {r['class_path']}")
     return ReasoningGymReward(**r.get("init_args", {}))
+
+
+def sft_records(cfg: dict, dm: Any, sft_size: int) -> list[Any]:
+    """The warm-up's questions: ``sft_size`` fresh ones of the config's task(s), or ``dm.train_records`` (0).
+
+    Fresh questions are the training entries that follow the benchmark's own in the same
+    seeded ``ReasoningGymSource`` (entry i is drawn from ``Random(seed + i)``, so extending
+    ``train_size`` keeps the first entries and never yields a validation question).
+    """
+    from lit_rlvr.data import ReasoningGymSource
+
+    if sft_size <= 0:
+        return list(dm.train_records)
+    init = dict(cfg["data"]["source"].get("init_args", {}))
+    own = int(init.get("train_size", 2000))
+    tasks = init.get("tasks", "basic_arithmetic")
+    if not isinstance(tasks, str) and len(tasks) != 1:
+        raise ValueError("sft_size > 0 needs a single-task ReasoningGymSource; use sft_size 0 for several tasks")
+    init["train_size"] = own + int(sft_size)
+    return ReasoningGymSource(**init).load("train")[own:]
 
 
 def answer_examples(tokenizer: Any, dm: Any, records: Sequence[Any]) -> list[tuple[list[int], list[int]]]:
@@ -170,7 +196,9 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
     train, val = dm.train_records, dm.val_records
     log(f"tiny Llama: hidden {s.hidden}, {s.layers} layers, {s.heads} heads, {n_params / 1e6:.2f}M params; "
         f"{len(train)} train prompts ({len({r.question for r in train})} distinct), {len(val)} held-out")
-    examples = answer_examples(tok, dm, train)
+    sft = sft_records(cfg, dm, s.sft_size)
+    log(f"warm-up data: {len(sft)} questions ({'fresh' if s.sft_size > 0 else 'the training prompts'})")
+    examples = answer_examples(tok, dm, sft)
     max_new = int(cfg["model"]["rollout"]["max_new_tokens"])
     probe, probe_val = train[: s.probe_prompts], val[: s.probe_prompts]
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)

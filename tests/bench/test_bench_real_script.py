@@ -21,7 +21,7 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
     config.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "bench"
     cmd = [sys.executable, str(ROOT / "scripts" / "bench_real.py"), "--config", str(config), "--out", str(out), "all",
-           "--hidden", "64", "--layers", "1", "--heads", "2", "--max-steps", "2", "--eval-every", "1",
+           "--hidden", "64", "--layers", "1", "--heads", "2", "--sft-size", "8", "--max-steps", "2", "--eval-every", "1",
            "--g", "2", "--probe-prompts", "2", "--strategies", "grpo", "greso", "--seeds", "0",
            "--budget", "8", "--jobs", "2", "--target", "0.0", "--no-copy-png"]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)

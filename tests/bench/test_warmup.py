@@ -14,6 +14,7 @@ from lit_rlvr.bench.warmup import (
     build_datamodule,
     histogram,
     sft_batch,
+    sft_records,
     warm_up,
 )
 from lit_rlvr.policy import PolicyConfig, load_policy
@@ -51,6 +52,17 @@ def test_histogram_counts_prompts_per_number_of_successes():
     assert histogram([0.0, 0.25, 0.25, 1.0], 4) == {"0/4": 1, "1/4": 2, "2/4": 0, "3/4": 0, "4/4": 1}
 
 
+def test_sft_records_are_fresh_questions_never_held_out():
+    cfg = _cfg()
+    cfg["data"]["source"]["init_args"].update(tasks="word_sequence_reversal", task_config={}, train_size=20, val_size=10)
+    dm = build_datamodule(cfg)
+    fresh = sft_records(cfg, dm, 50)
+    assert len(fresh) == 50
+    assert not {r.question for r in fresh} & {r.question for r in dm.val_records}
+    assert not {r.question for r in fresh} & {r.question for r in dm.train_records}
+    assert sft_records(cfg, dm, 0) == dm.train_records
+
+
 def test_build_datamodule_rejects_other_sources():
     cfg = _cfg()
     cfg["data"]["source"]["class_path"] = "lit_rlvr.data.HFDatasetSource"
@@ -59,7 +71,7 @@ def test_build_datamodule_rejects_other_sources():
 
 
 def test_warm_up_trains_saves_a_loadable_model_and_a_summary(tmp_path):
-    settings = WarmupSettings(hidden=64, layers=1, heads=2, max_steps=3, eval_every=1, group_size=2,
+    settings = WarmupSettings(hidden=64, layers=1, heads=2, sft_size=0, max_steps=3, eval_every=1, group_size=2,
                               probe_prompts=4, min_mean=2.0)  # unreachable: runs all steps
     lines = []
     summary = warm_up(TINY, settings, tmp_path / "warm", log=lines.append)
@@ -73,7 +85,7 @@ def test_warm_up_trains_saves_a_loadable_model_and_a_summary(tmp_path):
 
 
 def test_warm_up_stops_once_pass_rates_are_spread(tmp_path):
-    settings = WarmupSettings(hidden=64, layers=1, heads=2, max_steps=50, eval_every=2, group_size=2,
+    settings = WarmupSettings(hidden=64, layers=1, heads=2, sft_size=40, max_steps=50, eval_every=2, group_size=2,
                               probe_prompts=4, min_mean=0.0, min_mixed_frac=0.0)  # met at the first probe
     summary = warm_up(TINY, settings, tmp_path / "warm", log=lambda m: None)
     assert summary["criterion_met"] and summary["stopped_at_step"] == 2
