@@ -141,7 +141,8 @@ def report(args) -> None:
 
 def run_all(args) -> None:
     t0 = time.perf_counter()
-    if (Path(args.warm) / "config.json").is_file():
+    done = Path(args.warm) / "warmup.json"
+    if done.is_file() and json.loads(done.read_text()).get("complete"):
         print(f"reusing the warm-up in {args.warm} (delete it to redo)", flush=True)
     else:
         warmup(args)
@@ -168,8 +169,8 @@ def main(argv=None) -> None:
     w.add_argument("--eval-every", type=int, default=100)
     w.add_argument("--g", type=int, default=8, help="samples per probe prompt when measuring pass rates")
     w.add_argument("--probe-prompts", type=int, default=32)
-    w.add_argument("--min-mean", type=float, default=0.3, help="stop once the mean pass rate reaches this ...")
-    w.add_argument("--min-mixed-frac", type=float, default=0.5, help="... and this fraction of prompts is mixed")
+    w.add_argument("--min-mean", type=float, default=0.15, help="stop once the mean pass rate reaches this ...")
+    w.add_argument("--min-mixed-frac", type=float, default=0.25, help="... and this fraction of prompts is mixed")
     w.add_argument("--seed", type=int, default=0)
     r = argparse.ArgumentParser(add_help=False)
     r.add_argument("--strategies", nargs="+", default=STRATEGIES)

@@ -48,9 +48,9 @@ class WarmupSettings:
     group_size: int = 8
     """Samples per probe prompt (temperature 1) when measuring pass rates."""
     probe_prompts: int = 64
-    min_mean: float = 0.3
+    min_mean: float = 0.15
     """Stop once the probe's mean pass rate reaches this ..."""
-    min_mixed_frac: float = 0.5
+    min_mixed_frac: float = 0.25
     """... and at least this fraction of probe prompts is mixed (0 < pass rate < 1)."""
     seed: int = 0
 
@@ -183,7 +183,7 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
     pass-rate histogram, greedy pass@1 on the train and held-out prompts, and the log.
     ``out`` loads with ``policy.name_or_path: <out>``.
     """
-    from lit_rlvr.policy import PolicyConfig, load_policy, save_tokenizer
+    from lit_rlvr.policy import PolicyConfig, load_policy
 
     s = settings
     torch.manual_seed(s.seed)
@@ -204,6 +204,7 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(s.seed)
     history: list[dict] = []
+    out = Path(out)
     t0 = time.perf_counter()
     rates: list[float] = []
     met = False
@@ -225,6 +226,7 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
                "heldout_greedy": round(sum(heldout) / len(heldout), 3), "seconds": round(time.perf_counter() - t0, 1)}
         history.append(rec)
         log(json.dumps(rec))
+        _save(model, tok, out, {"settings": asdict(s), "step": step, "complete": False, "log": history})
         if mean >= s.min_mean and mixed >= s.min_mixed_frac * len(rates):
             met = True
             break
@@ -232,15 +234,26 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
         log(f"warning: the spread criterion was not met in {s.max_steps} steps; saving the last model")
     greedy_val = pass_rates(model, tok, dm, val, reward, 1, max_new, None)
     greedy_train = pass_rates(model, tok, dm, train[: len(val)], reward, 1, max_new, None)
-    out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
-    model.save_pretrained(out, safe_serialization=True)
-    save_tokenizer(tok, out)
-    summary = {"config": str(config), "settings": asdict(s), "params": n_params, "stopped_at_step": step,
+    summary = {"config": str(config), "settings": asdict(s), "complete": True, "params": n_params, "stopped_at_step": step,
                "criterion_met": met, "seconds": round(time.perf_counter() - t0, 1),
                "probe_pass_rate_histogram": histogram(rates, s.group_size), "probe_mean_pass_rate": sum(rates) / len(rates),
                "greedy_train_pass@1": sum(greedy_train) / len(greedy_train),
                "greedy_heldout_pass@1": sum(greedy_val) / len(greedy_val), "log": history}
-    (out / "warmup.json").write_text(json.dumps(summary, indent=2))
+    _save(model, tok, out, summary)
     return summary
+
+
+def _save(model: Any, tokenizer: Any, out: Path, summary: dict) -> None:
+    """Write the model, tokenizer and ``warmup.json`` to ``out`` (replacing it): after every probe, so an
+    interrupted warm-up leaves its latest model (``"complete": false`` in ``warmup.json``)."""
+    from lit_rlvr.policy import save_tokenizer
+
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp, safe_serialization=True)
+    save_tokenizer(tokenizer, tmp)
+    (tmp / "warmup.json").write_text(json.dumps(summary, indent=2))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
