@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lit_rlvr.callbacks.base import RolloutState
-from lit_rlvr.callbacks.sara import SARA, beta_moment, predicted_effectiveness
+from lit_rlvr.callbacks.sara import _COMPLETE, SARA, beta_moment, predicted_effectiveness
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 
 
@@ -75,7 +75,8 @@ def test_predictor_matches_monte_carlo(a, b):
 
 
 def test_decisions_follow_thresholds_on_scripted_probes():
-    # B = 2, G = 8, budget 16, K = 2, τ_hi = 0.9, τ_lo = 0.5, pool of 4 (two spares).
+    # B = 2, G = 8, budget 16, K = 2, τ_hi = 0.9, τ_lo = 0.5, pool of 4 (two spares); fresh probes
+    # admitted whenever K rollouts are left (the default; the reservation is tested below).
     sara = SARA()
     state = RolloutState(pool=make_pool([10, 11, 12, 13], 2), group_size=8, step=0, seed=0)
     # round 0: the first B eligible get the probe of K = 2
@@ -139,6 +140,45 @@ def test_budget_cap_and_no_fresh_prompts():
     assert state.counts.tolist() == [4, 4, 4, 4]  # each abandoned after 4 unanimous rollouts
     assert sara.metrics()["abandoned"] == 4 and sara.metrics()["groups"] == 0
     assert int(state.counts.sum()) <= 16
+
+
+def test_admission_reserves_a_full_group_for_every_probe():
+    # The scripted outcomes of test_decisions_follow_thresholds_on_scripted_probes, with the reservation:
+    # B = 2, G = 8, budget 16, pool of 4.
+    sara = SARA(reserve_completion=True)
+    state = RolloutState(pool=make_pool([10, 11, 12, 13], 2), group_size=8, step=0, seed=0)
+    assert sara.plan(state).tolist() == [2, 2, 0, 0]  # 16 left, nothing pending: 2 probes of K
+    append(state, {0: [1, 0], 1: [0, 0]})
+    assert sara.plan(state).tolist() == [6, 1, 0, 0]  # commit 0; 1 more for 1, which may still need 5
+    append(state, {0: [1, 0, 1, 0, 1, 0], 1: [0]})
+    assert sara.plan(state).tolist() == [0, 1, 0, 0]
+    append(state, {1: [0]})
+    # prompt 1 abandoned after 4; 4 rollouts are left, less than a full group: no fresh probe (the first
+    # rule probed prompt 2 here and ended with it half done); the 4 are not generated
+    assert sara.plan(state).tolist() == [0, 0, 0, 0]
+    assert state.counts.tolist() == [8, 4, 0, 0]
+    m = sara.metrics()
+    assert m["undecided"] == 0 and m["admitted"] == 2 and m["rollouts"] == 12 and m["budget_used"] == 0.75
+
+
+def test_reservation_never_leaves_a_probe_undecided_for_lack_of_budget():
+    # Random outcomes, B = 8, G = 8, budget 64: every admitted prompt ends committed (completed to G
+    # rollouts) or abandoned, never still probing, and the budget is never exceeded.
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        p_true = rng.uniform(size=64)
+        sara = SARA(reserve_completion=True)
+        state = RolloutState(pool=make_pool(list(range(64)), 8), group_size=8, step=trial, seed=0)
+        while True:
+            plan = sara.plan(state)
+            if int(plan.sum()) == 0:
+                break
+            append(state, {p: (rng.uniform(size=c) < p_true[p]).astype(float).tolist() for p, c in enumerate(plan.tolist()) if c})
+        m = sara.metrics()
+        assert m["undecided"] == 0
+        assert int(state.counts.sum()) <= 64
+        committed = [p for p, st in enumerate(sara._status) if st == _COMPLETE]
+        assert all(int(state.counts[p]) == 8 for p in committed)
 
 
 def test_last_round_issues_commits_only():
