@@ -31,10 +31,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--reference", nargs="+", default=["dynamic_sampling", "grpo"], help="strategies the table compares against")
     p.add_argument("--oracle", default="oracle", help="name of the oracle strategy, if any")
     p.add_argument("--order", nargs="+", default=None, help="table row order (default: by rollouts to target)")
+    p.add_argument("--hindsight-oracle", default=None, metavar="STRATEGY",
+                   help="add an 'oracle' row: STRATEGY's runs (dynamic_sampling) counting only effective rollouts")
     p.add_argument("--heatmap-prompts", type=int, default=150, help="prompts sampled for the selection heatmaps")
     args = p.parse_args(argv)
     out = Path(args.out) if args.out else Path(args.roots[0]) / "report"
-    summary = make_report(args.roots, out, args.target, args.metric, args.reference, args.oracle, args.heatmap_prompts, args.order)
+    summary = make_report(args.roots, out, args.target, args.metric, args.reference, args.oracle, args.heatmap_prompts, args.order,
+                          args.hindsight_oracle)
     print(summary["table"])
     print("wrote " + ", ".join(str(out / f) for f in summary["files"]))
     return summary

@@ -34,6 +34,7 @@ __all__ = [
     "Run",
     "accuracy_curve",
     "find_runs",
+    "hindsight_oracle",
     "make_report",
     "markdown_table",
     "rollouts_to_target",
@@ -136,6 +137,31 @@ def _is_under(path: Path, root: Path) -> bool:
         return True
     except ValueError:
         return False
+
+
+def hindsight_oracle(runs: Sequence[Run], source: str = "dynamic_sampling", name: str = "oracle") -> list[Run]:
+    """``source``'s runs re-counted as if zero-variance groups had been known before rollout.
+
+    Dynamic Sampling trains on exactly the effective groups it generated; an oracle that knew
+    which prompts would be zero-variance would have generated only those, for the same
+    training batches. So each derived run is the source run with its rollout counters
+    replaced by the effective ones (``cumulative/rollouts_generated`` := effective,
+    effective ratio 1): the limit a pre-rollout selector could reach on that trajectory.
+    Used for real runs, where no simulated oracle exists.
+    """
+    out = []
+    for r in runs:
+        if r.strategy != source or CUM_EFF not in r.metrics:
+            continue
+        df = r.metrics.copy()
+        df[CUM_GEN] = df[CUM_EFF]
+        if "rollouts/effective" in df:
+            df["rollouts/generated"] = df["rollouts/effective"]
+        if "rollouts/effective_ratio" in df:
+            df.loc[df["rollouts/effective_ratio"].notna(), "rollouts/effective_ratio"] = 1.0
+        df = df.drop(columns=[c for c in ("time/selection_ms",) if c in df])
+        out.append(Run(f"{name}/{r.name}", name, r.seed, df))
+    return out
 
 
 # --------------------------------------------------------------------------- per-run numbers
@@ -541,10 +567,13 @@ def make_report(
     oracle: str = "oracle",
     heatmap_prompts: int = 150,
     order: Optional[Sequence[str]] = None,
+    hindsight_from: Optional[str] = None,
 ) -> dict[str, Any]:
     """Write the plots, ``table.md`` and ``summary.json`` for every run under ``roots`` into ``out_dir``.
 
     ``target``: one accuracy target or several (one table each); None picks ``auto_target``.
+    ``hindsight_from``: add ``hindsight_oracle`` runs derived from this strategy, named ``oracle``
+    (when no run is named so already).
     Returns the first target's summary, with ``tables`` (every target's) and ``files`` added.
     """
     import matplotlib
@@ -553,6 +582,11 @@ def make_report(
     runs = find_runs(roots)
     if not runs:
         raise FileNotFoundError(f"no runs (*/version_*/metrics.csv) under {', '.join(str(r) for r in roots)}")
+    if hindsight_from and not any(r.strategy == oracle for r in runs):
+        derived = hindsight_oracle(runs, hindsight_from, oracle)
+        if not derived:
+            raise ValueError(f"hindsight oracle: no {hindsight_from!r} runs with {CUM_EFF} among the runs")
+        runs = runs + derived
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     targets = [target] if target is None or isinstance(target, (int, float)) else list(target)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lit_rlvr.bench.report import accuracy_curve, find_runs, make_report, rollouts_to_target
+from lit_rlvr.bench.report import accuracy_curve, find_runs, hindsight_oracle, make_report, rollouts_to_target
 
 
 def _write_run(root: Path, strategy: str, seed: int, per_step: int, acc_gain: float, ratio: float) -> None:
@@ -77,3 +77,22 @@ def test_report_writes_pngs_and_a_table(tmp_path):
     assert s["grpo"]["vs_grpo"]["mean"] == pytest.approx(1.0)
     assert s["grpo"]["effective_ratio"]["mean"] == pytest.approx(0.5)
     assert "oracle (limit)" in table and "× dynamic_sampling" in table and "× grpo" in table
+
+
+def test_hindsight_oracle_recounts_dynamic_sampling_at_its_effective_rollouts(tmp_path):
+    logs = tmp_path / "logs"
+    for seed in (0, 1):
+        _write_run(logs, "grpo", seed, per_step=100, acc_gain=0.05, ratio=0.5)
+        _write_run(logs, "dynamic_sampling", seed, per_step=200, acc_gain=0.08, ratio=0.4)
+    (oracle,) = [r for r in hindsight_oracle(find_runs([logs])) if r.seed == "0"]
+    assert oracle.strategy == "oracle" and not oracle.selection_paths
+    x, y, _ = accuracy_curve(oracle)
+    assert list(x) == pytest.approx([0.0, 160.0, 320.0, 480.0])  # 0.4 of DS's 400, 800, 1200
+    summary = make_report([logs], tmp_path / "report", target=0.6, hindsight_from="dynamic_sampling")
+    s = summary["strategies"]
+    assert s["oracle"]["vs_dynamic_sampling"]["mean"] == pytest.approx(0.4)  # same curve, 0.4 of the rollouts
+    assert s["oracle"]["effective_ratio"]["mean"] == pytest.approx(1.0)
+    assert "oracle (limit)" in summary["table"]
+    assert len(find_runs([logs])) == 4  # nothing written to the logs
+    with pytest.raises(ValueError, match="no 'vigor' runs"):
+        make_report([logs], tmp_path / "r2", target=0.6, hindsight_from="vigor")
