@@ -21,8 +21,9 @@ each). ``budget.yaml`` repeats the method's callbacks and appends ``SelectionTim
 for every strategy; the step that crosses it finishes) and ``SelectionRecorder`` (the
 heatmap's per-prompt decisions).
 
-``report`` runs ``scripts/report.py`` over ``<out>/*_seed*`` and copies the PNGs to
-``docs/img/real_*.png``.
+``report`` runs ``scripts/report.py`` over ``<out>/*_seed*`` (with the hindsight oracle derived
+from Dynamic Sampling's runs, ``lit_rlvr.bench.report.hindsight_oracle``) and copies the PNGs
+to ``docs/img/real_*.png``.
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def report(args) -> None:
     cmd = [sys.executable, str(ROOT / "scripts" / "report.py"), *map(str, runs), "--out", str(out)]
     if args.target:
         cmd += ["--target", *map(str, args.target)]
+    if any(p.name.startswith("dynamic_sampling_seed") for p in runs):
+        cmd += ["--hindsight-oracle", "dynamic_sampling"]  # the oracle row: DS counting effective rollouts only
     subprocess.check_call(cmd, cwd=ROOT)
     if args.copy_png:
         img = ROOT / "docs" / "img"
