@@ -5,13 +5,14 @@ strategy has anything to choose. The real-model benchmark therefore first trains
 ``"tiny"`` Llama of ``lit_rlvr.policy`` by supervised learning on the benchmark's own
 training prompts, rendered exactly as ``lit-rlvr fit`` renders them
 (``PromptDataModule.messages_for`` + chat template, ``render_prompt``), followed by the
-reference answer and EOS, with cross-entropy on the answer tokens only. With ``sft_size``
+reference answer and EOS, with cross-entropy on the answer tokens only (AdamW, constant lr). With ``sft_size``
 (the default) it trains on that many *fresh* questions of the same task, generated after the
 benchmark's training prompts and never a held-out question, so that GRPO's training prompts
 and the held-out prompts are equally new to the model; ``sft_size: 0`` trains on the
 benchmark's training prompts themselves (the model then partly memorises them). It stops as soon
-as the sampled pass rates of a probe set of training prompts are spread (mean and
-fraction of mixed prompts above thresholds), before the model solves the task.
+as the sampled pass rates of a probe set of GRPO's training prompts, at GRPO's sampling
+temperature, are spread (mean and fraction of mixed prompts above thresholds), before the
+model solves the task.
 
 ``warm_up`` takes the benchmark's fit config (a YAML with ``data.source`` a
 ``ReasoningGymSource`` and ``model.rewards[0]`` a ``ReasoningGymReward``), so the warm-up
@@ -43,12 +44,14 @@ class WarmupSettings:
     """Fresh questions to train on (0: the benchmark's own training prompts)."""
     lr: float = 3e-3
     batch_size: int = 32
-    max_steps: int = 400
-    eval_every: int = 10
+    max_steps: int = 3000
+    eval_every: int = 100
     group_size: int = 8
-    """Samples per probe prompt (temperature 1) when measuring pass rates."""
-    probe_prompts: int = 64
-    min_mean: float = 0.15
+    """Samples per probe prompt when measuring pass rates."""
+    temperature: Optional[float] = None
+    """Sampling temperature of the probes; None: the config's ``model.rollout.temperature`` (GRPO's)."""
+    probe_prompts: int = 32
+    min_mean: float = 0.2
     """Stop once the probe's mean pass rate reaches this ..."""
     min_mixed_frac: float = 0.25
     """... and at least this fraction of probe prompts is mixed (0 < pass rate < 1)."""
@@ -200,6 +203,7 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
     log(f"warm-up data: {len(sft)} questions ({'fresh' if s.sft_size > 0 else 'the training prompts'})")
     examples = answer_examples(tok, dm, sft)
     max_new = int(cfg["model"]["rollout"]["max_new_tokens"])
+    temperature = s.temperature if s.temperature is not None else float(cfg["model"]["rollout"].get("temperature", 1.0))
     probe, probe_val = train[: s.probe_prompts], val[: s.probe_prompts]
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(s.seed)
@@ -218,7 +222,7 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
         opt.step()
         if step % s.eval_every and step != s.max_steps:
             continue
-        rates = pass_rates(model, tok, dm, probe, reward, s.group_size, max_new, 1.0)
+        rates = pass_rates(model, tok, dm, probe, reward, s.group_size, max_new, temperature)
         heldout = pass_rates(model, tok, dm, probe_val, reward, 1, max_new, None)
         mean, mixed = sum(rates) / len(rates), sum(0 < r < 1 for r in rates)
         rec = {"step": step, "loss": round(loss.item(), 4), "mean_pass": round(mean, 3), "mixed": mixed,
