@@ -8,35 +8,7 @@ import pytest
 import torch
 
 from lit_rlvr.callbacks.dps import DPS, expected_transitions, observed_state, predict
-from lit_rlvr.types import Completion, PromptPool, RolloutBatch
-
-
-def make_pool(ids, batch_size):
-    n = len(ids)
-    return PromptPool(
-        ids=torch.as_tensor(ids),
-        messages=[[{"role": "user", "content": f"q{i}"}] for i in ids],
-        answers=["a"] * n,
-        metadata=[{} for _ in range(n)],
-        batch_size=batch_size,
-    )
-
-
-def make_batch(pool, groups):
-    prompt_index, rewards = [], []
-    for p, rs in groups.items():
-        prompt_index += [p] * len(rs)
-        rewards += rs
-    n = len(rewards)
-    return RolloutBatch(
-        pool=pool,
-        prompt_index=torch.tensor(prompt_index, dtype=torch.long),
-        prompt_token_ids=[[] for _ in range(len(pool))],
-        completions=[Completion([1], [0.0], "stop") for _ in range(n)],
-        rewards=torch.tensor(rewards, dtype=torch.float32),
-        round=torch.zeros(n, dtype=torch.long),
-        keep=torch.ones(n, dtype=torch.bool),
-    )
+from tests.callbacks.fixtures import make_batch, make_pool
 
 
 MODULE = SimpleNamespace(steps_done=0, seed=0)

@@ -4,22 +4,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 
 from lit_rlvr.callbacks.base import RolloutState
 from lit_rlvr.callbacks.sara import _COMPLETE, SARA, beta_moment, predicted_effectiveness
-from lit_rlvr.types import Completion, PromptPool, RolloutBatch
-
-
-def make_pool(ids, batch_size):
-    n = len(ids)
-    return PromptPool(
-        ids=torch.as_tensor(ids),
-        messages=[[{"role": "user", "content": f"q{i}"}] for i in ids],
-        answers=["a"] * n,
-        metadata=[{} for _ in range(n)],
-        batch_size=batch_size,
-    )
+from tests.callbacks.fixtures import make_batch, make_pool
 
 
 def append(state, rewards):
@@ -199,23 +187,6 @@ def test_setup_rejects_probe_not_smaller_than_G():
 
 
 # ---------------------------------------------------------------- persistence
-
-
-def make_batch(pool, groups):
-    prompt_index, rewards = [], []
-    for p, rs in groups.items():
-        prompt_index += [p] * len(rs)
-        rewards += rs
-    n = len(rewards)
-    return RolloutBatch(
-        pool=pool,
-        prompt_index=torch.tensor(prompt_index, dtype=torch.long),
-        prompt_token_ids=[[] for _ in range(len(pool))],
-        completions=[Completion([1], [0.0], "stop") for _ in range(n)],
-        rewards=torch.tensor(rewards, dtype=torch.float32),
-        round=torch.zeros(n, dtype=torch.long),
-        keep=torch.ones(n, dtype=torch.bool),
-    )
 
 
 def test_persisted_posterior_changes_decisions_and_roundtrips():
