@@ -176,7 +176,7 @@ def main(argv=None) -> None:
     w.add_argument("--g", type=int, default=8, help="samples per probe prompt when measuring pass rates")
     w.add_argument("--probe-prompts", type=int, default=32)
     w.add_argument("--min-mean", type=float, default=0.2, help="stop once the mean pass rate reaches this ...")
-    w.add_argument("--min-mixed-frac", type=float, default=0.25, help="... and this fraction of prompts is mixed")
+    w.add_argument("--min-mixed-frac", type=float, default=0.125, help="... and this fraction of prompts is mixed")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads of the warm-up")
     r = argparse.ArgumentParser(add_help=False)

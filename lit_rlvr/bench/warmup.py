@@ -53,7 +53,7 @@ class WarmupSettings:
     probe_prompts: int = 32
     min_mean: float = 0.2
     """Stop once the probe's mean pass rate reaches this ..."""
-    min_mixed_frac: float = 0.25
+    min_mixed_frac: float = 0.125
     """... and at least this fraction of probe prompts is mixed (0 < pass rate < 1)."""
     seed: int = 0
 
