@@ -87,9 +87,10 @@ def instrument(selectors: Iterable[Any], datamodule: Any, watch: Stopwatch) -> N
 class SelectionTimer(pl.Callback):
     """Log ``time/selection_ms``: milliseconds per training step spent in the selectors' hooks.
 
-    Instruments every ``SelectionCallback`` on the trainer at ``setup`` (so its place in
-    ``trainer.callbacks`` does not matter) and logs after each training step. Data draws made
-    by selectors (``PromptDataModule.draw``) are excluded, as in the simulator.
+    Instruments every ``SelectionCallback`` on the trainer (but ``SelectionRecorder``) and the
+    module's default fixed-G allocator at ``setup`` (so its place in ``trainer.callbacks`` does
+    not matter), and logs after each training step. Data draws made by selectors
+    (``PromptDataModule.draw``) are excluded, as in the simulator.
     """
 
     def __init__(self) -> None:
@@ -98,10 +99,16 @@ class SelectionTimer(pl.Callback):
         self._instrumented = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        from lit_rlvr.bench.recorder import SelectionRecorder
+
         if self._instrumented:
             return
-        selectors = [cb for cb in trainer.callbacks if isinstance(cb, SelectionCallback)]
-        instrument(selectors, trainer.datamodule, self.watch)
+        # the selectors, and the module's fixed-G allocator as the simulator times it; not the
+        # benchmark's own recorder (its bookkeeping is not a strategy's cost)
+        selectors = [cb for cb in trainer.callbacks
+                     if isinstance(cb, SelectionCallback) and not isinstance(cb, SelectionRecorder)]
+        default = getattr(pl_module, "_default_allocator", None)
+        instrument(selectors + ([default] if default is not None else []), trainer.datamodule, self.watch)
         self._instrumented = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

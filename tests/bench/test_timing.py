@@ -40,3 +40,20 @@ def test_selection_timer_logs_every_training_step():
     ms = [float(r["time/selection_ms"]) for r in train]
     assert all(m > 0 for m in ms)  # GRESO's hooks ran every step
     assert all(m < 5_000 for m in ms)
+
+
+def test_selection_timer_times_selectors_and_the_default_plan_but_not_the_recorder():
+    from types import SimpleNamespace
+
+    from lit_rlvr.bench.recorder import SelectionRecorder
+    from lit_rlvr.bench.timing import SelectionTimer
+    from lit_rlvr.callbacks import GRESO
+    from lit_rlvr.callbacks.base import FixedGroupAllocator
+
+    recorder, greso, default = SelectionRecorder(), GRESO(), FixedGroupAllocator()
+    trainer = SimpleNamespace(callbacks=[recorder, greso], datamodule=None)
+    SelectionTimer().setup(trainer, SimpleNamespace(_default_allocator=default), "fit")
+    # instrumenting shadows a hook with an instance attribute
+    assert {"on_train_batch_start", "on_rollouts_scored"} <= set(vars(greso))
+    assert "plan" in vars(default)
+    assert not {"on_train_batch_start", "on_rollouts_scored"} & set(vars(recorder))
