@@ -33,6 +33,10 @@ import torch.nn.functional as F
 import yaml
 
 
+SFT_FIRST_ENTRY = 2000
+"""The warm-up's fresh questions start at this training entry (or after the training set, if larger)."""
+
+
 @dataclass
 class WarmupSettings:
     """The tiny model's size and the SFT loop's hyper-parameters and stopping rule."""
@@ -88,16 +92,19 @@ def build_reward(cfg: dict) -> Any:
 def sft_records(cfg: dict, dm: Any, sft_size: int) -> list[Any]:
     """The warm-up's questions: ``sft_size`` fresh ones of the config's task(s), or ``dm.train_records`` (0).
 
-    Fresh questions are the training entries that follow the benchmark's own in the same
-    seeded ``ReasoningGymSource`` (entry i is drawn from ``Random(seed + i)``, so extending
-    ``train_size`` keeps the first entries and never yields a validation question).
+    Fresh questions are the training entries from ``max(train_size, SFT_FIRST_ENTRY)`` on, in
+    the same seeded ``ReasoningGymSource`` (entry i is drawn from ``Random(seed + i)``, so
+    extending ``train_size`` keeps the first entries and never yields a validation question).
+    The fixed start makes the warm-up data, and so the warm model, the same for any training
+    set of up to 2,000 prompts.
     """
     from lit_rlvr.data import ReasoningGymSource
 
     if sft_size <= 0:
         return list(dm.train_records)
     init = dict(cfg["data"]["source"].get("init_args", {}))
-    own = int(init.get("train_size", 2000))
+    # start at entry 2,000 at least, so a smaller training set keeps the same warm-up data
+    own = max(int(init.get("train_size", 2000)), SFT_FIRST_ENTRY)
     tasks = init.get("tasks", "basic_arithmetic")
     if not isinstance(tasks, str) and len(tasks) != 1:
         raise ValueError("sft_size > 0 needs a single-task ReasoningGymSource; use sft_size 0 for several tasks")

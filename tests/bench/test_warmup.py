@@ -61,6 +61,10 @@ def test_sft_records_are_fresh_questions_never_held_out():
     assert not {r.question for r in fresh} & {r.question for r in dm.val_records}
     assert not {r.question for r in fresh} & {r.question for r in dm.train_records}
     assert sft_records(cfg, dm, 0) == dm.train_records
+    # the fresh questions start at a fixed entry: the same for a smaller training set
+    small = _cfg()
+    small["data"]["source"]["init_args"].update(tasks="word_sequence_reversal", task_config={}, train_size=5, val_size=10)
+    assert [r.question for r in sft_records(small, build_datamodule(small), 50)] == [r.question for r in fresh]
 
 
 def test_build_datamodule_rejects_other_sources():
