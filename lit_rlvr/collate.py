@@ -15,6 +15,17 @@ import torch
 from lit_rlvr.types import RolloutBatch
 
 
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` and ``attention_mask`` [N, max len] (int64) of token lists, left-padded with ``pad_id``."""
+    width = max(len(s) for s in seqs)
+    input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for j, s in enumerate(seqs):
+        input_ids[j, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+        attention_mask[j, width - len(s) :] = 1
+    return input_ids, attention_mask
+
+
 @dataclass
 class TrainingTensors:
     """Padded tensors of the rollouts that enter the loss (N rows)."""

@@ -129,14 +129,15 @@ def run(args) -> None:
 
 
 def report(args) -> None:
+    from lit_rlvr.bench.report import make_report
+
     runs = sorted(p for p in Path(args.out).glob("*_seed*") if p.is_dir())
     out = Path(args.out) / "report"
-    cmd = [sys.executable, str(ROOT / "scripts" / "report.py"), *map(str, runs), "--out", str(out)]
-    if args.target:
-        cmd += ["--target", *map(str, args.target)]
-    if any(p.name.startswith("dynamic_sampling_seed") for p in runs):
-        cmd += ["--hindsight-oracle", "dynamic_sampling"]  # the oracle row: DS counting effective rollouts only
-    subprocess.check_call(cmd, cwd=ROOT)
+    # the oracle row: Dynamic Sampling counting its effective rollouts only
+    hindsight = "dynamic_sampling" if any(p.name.startswith("dynamic_sampling_seed") for p in runs) else None
+    summary = make_report(runs, out, args.target, hindsight_from=hindsight)
+    print(summary["table"])
+    print("wrote " + ", ".join(str(out / f) for f in summary["files"]))
     if args.copy_png:
         img = ROOT / "docs" / "img"
         img.mkdir(parents=True, exist_ok=True)

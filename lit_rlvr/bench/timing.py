@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 import lightning.pytorch as pl
 
+from lit_rlvr.bench.recorder import SelectionRecorder
 from lit_rlvr.callbacks.base import RolloutAllocator, RolloutFilter, SelectionCallback, TokenWeighter
 
 
@@ -99,8 +100,6 @@ class SelectionTimer(pl.Callback):
         self._instrumented = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        from lit_rlvr.bench.recorder import SelectionRecorder
-
         if self._instrumented:
             return
         # the selectors, and the module's fixed-G allocator as the simulator times it; not the

@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from lit_rlvr.collate import left_pad
+
 
 SFT_FIRST_ENTRY = 2000
 """The warm-up's fresh questions start at this training entry (or after the training set, if larger)."""
@@ -126,15 +128,10 @@ def answer_examples(tokenizer: Any, dm: Any, records: Sequence[Any]) -> list[tup
 
 def sft_batch(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:
     """Left-padded ``input_ids``, ``attention_mask`` and ``labels`` (N, T); labels are -100 off the answer."""
-    seqs = [p + a for p, a in examples]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id)
-    mask = torch.zeros_like(ids)
+    ids, mask = left_pad([p + a for p, a in examples], pad_id)
     labels = torch.full_like(ids, -100)
-    for j, ((_, a), s) in enumerate(zip(examples, seqs)):
-        ids[j, width - len(s) :] = torch.tensor(s)
-        mask[j, width - len(s) :] = 1
-        labels[j, width - len(a) :] = torch.tensor(a)
+    for j, (_, a) in enumerate(examples):
+        labels[j, ids.shape[1] - len(a) :] = torch.tensor(a)
     return ids, mask, labels
 
 
@@ -155,16 +152,18 @@ def answer_loss(model: Any, ids: torch.Tensor, attention_mask: torch.Tensor, lab
 @torch.no_grad()
 def pass_rates(model: Any, tokenizer: Any, dm: Any, records: Sequence[Any], reward: Any, group_size: int,
                max_new_tokens: int, temperature: Optional[float]) -> list[float]:
-    """Per-prompt fraction of correct completions: ``group_size`` samples at ``temperature``, or one greedy (None)."""
+    """Per-prompt fraction of correct completions: ``group_size`` samples at ``temperature``, or one greedy (None).
+
+    Scored through a ``RewardScorer``, as in training: a reward call that fails scores 0.
+    """
+    from lit_rlvr.rewards.base import RewardScorer
     from lit_rlvr.rollout.loop import render_prompt
 
     was_training = model.training
     model.eval()
-    prompts = [render_prompt(tokenizer, dm.messages_for(r.question)) for r in records]
-    width = max(len(p) for p in prompts)
     pad = tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids, mask = left_pad([render_prompt(tokenizer, dm.messages_for(r.question)) for r in records], pad)
+    width = ids.shape[1]
     kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
     if temperature is None:
         kwargs.update(do_sample=False, num_return_sequences=1)
@@ -172,13 +171,12 @@ def pass_rates(model: Any, tokenizer: Any, dm: Any, records: Sequence[Any], rewa
     else:
         kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0, num_return_sequences=group_size)
     out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
-    rates = []
-    for i, r in enumerate(records):
-        scores = [reward.score(t, r.answer, r.metadata) for t in texts[i * group_size : (i + 1) * group_size]]
-        rates.append(sum(s >= 1.0 for s in scores) / group_size)
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)  # prompt-major, group_size each
     model.train(was_training)
-    return rates
+    answers = [r.answer for r in records for _ in range(group_size)]
+    metadata = [r.metadata for r in records for _ in range(group_size)]
+    scores = RewardScorer([reward]).score(texts, answers, metadata).components[reward.name]  # [N·G]
+    return ((scores >= 1.0).float().view(len(records), group_size).mean(dim=1)).tolist()
 
 
 def histogram(rates: Sequence[float], group_size: int) -> dict[str, int]:

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from lit_rlvr.collate import left_pad
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
 from lit_rlvr.types import Completion
 
@@ -175,12 +176,8 @@ class HFEngine:
     ) -> list[Completion]:
         from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)  # [R, P]
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)  # [R, P]
-        for j, p in enumerate(prompts):  # left padding
-            input_ids[j, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention_mask[j, width - len(p) :] = 1
+        input_ids, attention_mask = left_pad(prompts, self.pad_token_id)  # [R, P] each
+        width = input_ids.shape[1]
 
         # The sampling distribution is built here, not from generation-config fields, so that the
         # recorder (last) sees exactly the scores each token is drawn from.
