@@ -472,7 +472,7 @@ class GRPOModule(pl.LightningModule):
     # ------------------------------------------------------------------ validation
 
     def validation_step(self, pool: PromptPool, batch_idx: int) -> None:
-        greedy, sampled = self._correctness(pool, batch_idx)
+        greedy, sampled = self.correctness(pool, batch_idx)
         self.val_pass_at_1.update(greedy)
         self.log("val/pass@1", self.val_pass_at_1, batch_size=len(pool), prog_bar=True)
         if sampled is not None:
@@ -480,14 +480,16 @@ class GRPOModule(pl.LightningModule):
             self.log(f"val/mean@{sampled.shape[1]}", self.val_mean_at_k, batch_size=len(pool))
 
     @torch.no_grad()
-    def _correctness(self, pool: PromptPool, batch_idx: int = 0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Held-out correctness of one validation pool: greedy [P], and [P, k] over k samples if k > 0."""
+    def correctness(
+        self, pool: PromptPool, batch_idx: int = 0, sampled: bool = True
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Correctness of one pool of prompts: greedy [P], and [P, k] over k samples if k > 0 and ``sampled``."""
         e = self.eval_settings
         max_new = e.max_new_tokens or self.rollout_settings.max_new_tokens
         greedy = flatten(generate_for_eval(self.engine, self.tokenizer, pool, SamplingConfig(0.0, 1.0, max_new), 1))
         result = self.scorer.score([c.text for c in greedy], pool.answers, pool.metadata)
         greedy_correct = self._correct(result.components, len(greedy)).float()  # [P]
-        if e.num_samples <= 0:
+        if e.num_samples <= 0 or not sampled:
             return greedy_correct, None
         sampling = SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
         sampled = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, e.num_samples))
@@ -508,7 +510,7 @@ class GRPOModule(pl.LightningModule):
         for i, pool in enumerate(datamodule.val_dataloader()):
             if isinstance(limit, int) and i >= limit:
                 break
-            greedy, sampled = self._correctness(pool, i)
+            greedy, sampled = self.correctness(pool, i)
             pass_at_1.update(greedy)
             if sampled is not None:
                 mean_at_k.update(sampled)
