@@ -17,14 +17,14 @@ pass rates of a probe of training prompts are spread.
 ``run`` calls ``python -m lit_rlvr.cli fit --config <config> --config configs/methods/<strategy>.yaml
 --config budget.yaml ...`` in ``<out>/<strategy>_seed<S>``, ``--jobs`` at a time (one thread
 each). ``budget.yaml`` repeats the method's callbacks and appends ``SelectionTimer``,
-``TrainPromptsEval`` (greedy pass@1 on the training prompts at every evaluation), ``RolloutBudget`` (stops once the cumulative rollouts generated reach ``--budget``, the same
+``RolloutEval`` (greedy pass@1 on the training and held-out prompts every 256 rollouts), ``RolloutBudget`` (stops once the cumulative rollouts generated reach ``--budget``, the same
 for every strategy; the step that crosses it finishes) and ``SelectionRecorder`` (the
 heatmap's per-prompt decisions).
 
 ``report`` runs the report of ``scripts/report.py`` over ``<out>/*_seed*`` twice (with the
 hindsight oracle derived from Dynamic Sampling's runs, ``lit_rlvr.bench.report.hindsight_oracle``):
 on ``train_prompts/pass@1`` into ``<out>/report`` (PNGs copied to ``docs/img/real_*.png``) and on
-the held-out ``val/pass@1`` into ``<out>/report_heldout`` (accuracy plots copied to
+``heldout_prompts/pass@1`` into ``<out>/report_heldout`` (accuracy plots copied to
 ``docs/img/real_heldout_*.png``). The tiny model's held-out accuracy barely moves within a CPU
 budget, while its accuracy on the prompts it trains on does (docs/benchmarks.md, "Real model").
 """
@@ -79,7 +79,7 @@ def _fit_command(args, strategy: str, seed: int, warm: Path) -> tuple[Path, list
     callbacks = list((load_config(method).get("trainer") or {}).get("callbacks") or [])
     callbacks += [
         {"class_path": "lit_rlvr.bench.timing.SelectionTimer"},
-        {"class_path": "lit_rlvr.bench.train_prompts.TrainPromptsEval", "init_args": {"limit": None}},
+        {"class_path": "lit_rlvr.bench.rollout_eval.RolloutEval", "init_args": {"every_n_rollouts": args.eval_every_rollouts}},
         {"class_path": "lit_rlvr.bench.budget.RolloutBudget", "init_args": {"budget": args.budget}},
         {"class_path": "lit_rlvr.bench.recorder.SelectionRecorder"},
     ]
@@ -134,7 +134,7 @@ def run(args) -> None:
 
 def report(args) -> None:
     """Two reports over the runs: ``<out>/report`` on the training prompts (``train_prompts/pass@1``)
-    and ``<out>/report_heldout`` on the held-out prompts (``val/pass@1``)."""
+    and ``<out>/report_heldout`` on the held-out prompts (``heldout_prompts/pass@1``)."""
     from lit_rlvr.bench.report import make_report
 
     runs = sorted(p for p in Path(args.out).glob("*_seed*") if p.is_dir())
@@ -142,7 +142,7 @@ def report(args) -> None:
     hindsight = "dynamic_sampling" if any(p.name.startswith("dynamic_sampling_seed") for p in runs) else None
     img = ROOT / "docs" / "img"
     for folder, metric, target, prefix in [("report", "train_prompts/pass@1", args.target, "real_"),
-                                           ("report_heldout", "val/pass@1", args.heldout_target, "real_heldout_")]:
+                                           ("report_heldout", "heldout_prompts/pass@1", args.heldout_target, "real_heldout_")]:
         out = Path(args.out) / folder
         summary = make_report(runs, out, target, metric=metric, hindsight_from=hindsight)
         print(f"## {metric}\n" + "\n\n".join(summary["tables"]))
@@ -194,11 +194,13 @@ def main(argv=None) -> None:
     r.add_argument("--strategies", nargs="+", default=STRATEGIES)
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--budget", type=int, default=2560, help="cumulative rollouts generated per run")
+    r.add_argument("--eval-every-rollouts", type=int, default=256,
+                   help="RolloutEval: greedy pass@1 on training and held-out prompts every this many rollouts")
     r.add_argument("--jobs", type=int, default=2, help="runs at a time (each with OMP_NUM_THREADS, default 1)")
     q = argparse.ArgumentParser(add_help=False)
     q.add_argument("--target", type=float, nargs="+", default=None,
                    help="train_prompts/pass@1 target(s) (default: the best accuracy every run reaches)")
-    q.add_argument("--heldout-target", type=float, nargs="+", default=None, help="val/pass@1 target(s)")
+    q.add_argument("--heldout-target", type=float, nargs="+", default=None, help="heldout_prompts/pass@1 target(s)")
     q.add_argument("--no-copy-png", dest="copy_png", action="store_false", help="do not copy PNGs to docs/img")
     sub.add_parser("warmup", parents=[w], help="supervised warm-up of the tiny policy")
     sub.add_parser("run", parents=[r], help="GRPO under each strategy and seed, equal rollout budget")
