@@ -302,9 +302,14 @@ def _fmt_count(x: float) -> str:
         return "–"
     if abs(x) >= 1e6:
         return f"{x / 1e6:.2f}M"
-    if abs(x) >= 1e3:
+    if abs(x) >= 1e4:
         return f"{x / 1e3:.0f}k"
-    return f"{x:.0f}"
+    return f"{x:,.0f}"  # below 10k in full: real-model budgets are a few thousand rollouts
+
+
+def _fmt_target(t: float) -> str:
+    """0.7 -> "0.70", 0.281 -> "0.281": two decimals unless the target has a third."""
+    return f"{t:.2f}" if round(t, 2) == t else f"{t:.3f}"
 
 
 def _pm(stat: dict[str, float], fmt: str, count: bool = False) -> str:
@@ -324,7 +329,7 @@ def markdown_table(summary: dict[str, Any], order: Optional[Sequence[str]] = Non
         strategies, key=lambda n: (math.isnan(strategies[n]["rollouts_to_target"]["mean"]), strategies[n]["rollouts_to_target"]["mean"])
     )
     names = [n for n in names if n in strategies]
-    head = ["strategy", "seeds", f"rollouts to {summary['metric']} ≥ {summary['target']:.2f}"]
+    head = ["strategy", "seeds", f"rollouts to {summary['metric']} ≥ {_fmt_target(summary['target'])}"]
     head += [f"× {r}" for r in refs]
     head += ["effective ratio", "selection ms/step", "final accuracy", "total rollouts"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
@@ -342,7 +347,7 @@ def markdown_table(summary: dict[str, Any], order: Optional[Sequence[str]] = Non
     notes = [
         "",
         f"Rollouts to target: cumulative rollouts generated when {summary['metric']} first reaches "
-        f"{summary['target']:.2f} (linear between evaluations), mean ± std over seeds; "
+        f"{_fmt_target(summary['target'])} (linear between evaluations), mean ± std over seeds; "
         + ", ".join(f"× {r}: that count divided by {r}'s on the same seed" for r in refs)
         + " (lower is better). Effective ratio: rollouts in groups whose rewards are not all equal / rollouts generated, over the whole run.",
     ]
@@ -419,7 +424,7 @@ def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, targets: Sequenc
     for target in targets:
         if target is not None and not math.isnan(target):
             ax.axhline(target, color="0.4", linewidth=0.8, linestyle=":")
-            ax.text(ax.get_xlim()[0], target, f" target {target:.2f}", va="bottom", fontsize=8, color="0.3")
+            ax.text(ax.get_xlim()[0], target, f" target {_fmt_target(target)}", va="bottom", fontsize=8, color="0.3")
     ax.set_xlabel("cumulative rollouts generated" if x_axis == "rollouts" else "training step")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} vs {'rollouts' if x_axis == 'rollouts' else 'steps'} (mean ± std over seeds)")

@@ -96,3 +96,11 @@ def test_hindsight_oracle_recounts_dynamic_sampling_at_its_effective_rollouts(tm
     assert len(find_runs([logs])) == 4  # nothing written to the logs
     with pytest.raises(ValueError, match="no 'vigor' runs"):
         make_report([logs], tmp_path / "r2", target=0.6, hindsight_from="vigor")
+
+
+def test_counts_below_10k_are_shown_in_full_and_targets_keep_a_third_decimal():
+    from lit_rlvr.bench.report import _fmt_count, _fmt_target
+
+    assert [_fmt_count(x) for x in (362.4, 1370.0, 9999.0, 142_000.0, 2.5e6, float("nan"))] == [
+        "362", "1,370", "9,999", "142k", "2.50M", "–"]
+    assert [_fmt_target(t) for t in (0.7, 0.75, 0.281, 0.211)] == ["0.70", "0.75", "0.281", "0.211"]
