@@ -146,6 +146,8 @@ def report(args) -> None:
         out = Path(args.out) / folder
         summary = make_report(runs, out, target, metric=metric, hindsight_from=hindsight)
         print(f"## {metric}\n" + "\n\n".join(summary["tables"]))
+        if folder == "report":
+            print("## groups with reward variance per 1,000 rollouts\n" + summary["variance_table"])
         print("wrote " + ", ".join(str(out / f) for f in summary["files"]))
         if not args.copy_png:
             continue

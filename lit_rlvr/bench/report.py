@@ -321,6 +321,41 @@ def _pm(stat: dict[str, float], fmt: str, count: bool = False) -> str:
     return format(stat["mean"], fmt) + (f" ± {format(stat['std'], fmt)}" if stat["n"] > 1 else "")
 
 
+GROUP_COLUMNS = ("groups/generated", "groups/solve_all", "groups/solve_none", "rollouts/generated")
+
+
+def variance_groups_per_1k(run: Run) -> float:
+    """Groups with reward variance (neither all correct nor all wrong) per 1,000 rollouts generated, whole run."""
+    if any(c not in run.metrics for c in GROUP_COLUMNS):
+        return math.nan
+    rows = run.metrics[list(GROUP_COLUMNS)].dropna()  # training rows
+    generated = float(rows["rollouts/generated"].sum())
+    mixed = float((rows["groups/generated"] - rows["groups/solve_all"] - rows["groups/solve_none"]).sum())
+    return 1000.0 * mixed / generated if generated > 0 else math.nan
+
+
+def variance_groups_table(runs: Sequence[Run], references: Sequence[str] = ("grpo", "dynamic_sampling"),
+                          oracle: str = "oracle") -> str:
+    """Markdown: groups with reward variance found per 1,000 rollouts per strategy (mean ± std over seeds),
+    per-seed ratios to each reference, and optimizer steps; the hindsight oracle is left out."""
+    per = {name: {r.seed: variance_groups_per_1k(r) for r in rs} for name, rs in _group(runs).items() if name != oracle}
+    steps = {name: sorted({int(r.column("rollouts/generated").size) for r in rs}) for name, rs in _group(runs).items()}
+    refs = [r for r in references if r in per]
+    head = ["strategy", "groups with variance per 1,000 rollouts"] + [f"× {r}" for r in refs] + ["optimizer steps"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    order = sorted(per, key=lambda n: -_mean_std(list(per[n].values()))[0] if per[n] else 0.0)
+    for name in order:
+        mean, std, n = _mean_std(list(per[name].values()))
+        cells = [name, _pm({"mean": mean, "std": std, "n": n}, ".1f")]
+        for ref in refs:
+            m, sd, k = _mean_std(_relative(per[name], per[ref]))
+            cells.append(_pm({"mean": m, "std": sd, "n": k}, ".2f"))
+        s = steps[name]
+        cells.append(f"{s[0]}" if s[0] == s[-1] else f"{s[0]}–{s[-1]}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown_table(summary: dict[str, Any], order: Optional[Sequence[str]] = None) -> str:
     """The table: rollouts to target (mean ± std over seeds) and relative to each reference, lower is better."""
     refs = [r for r in summary["references"] if any(f"vs_{r}" in e for e in summary["strategies"].values())]
@@ -615,8 +650,11 @@ def make_report(
     tables = [markdown_table(s, order) for s in summaries]
     table = "\n".join(tables)
     (out / "table.md").write_text(table)
+    variance = variance_groups_table(runs, oracle=oracle)
+    (out / "groups_with_variance.md").write_text(variance + "\n")
     (out / "summary.json").write_text(json.dumps(_jsonable(summaries if len(summaries) > 1 else summary), indent=1))
-    summary["files"] = files + ["table.md", "summary.json"]
+    summary["files"] = files + ["table.md", "groups_with_variance.md", "summary.json"]
+    summary["variance_table"] = variance
     summary["table"] = table
     summary["tables"] = tables
     summary["summaries"] = summaries

@@ -43,3 +43,5 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
     assert (out / "report" / "accuracy_vs_rollouts.png").is_file()
     assert (out / "report_heldout" / "accuracy_vs_rollouts.png").is_file()
     assert "train_prompts/pass@1" in done.stdout and "heldout_prompts/pass@1" in done.stdout
+    assert "groups with reward variance per 1,000 rollouts" in done.stdout
+    assert (out / "report" / "groups_with_variance.md").is_file()
