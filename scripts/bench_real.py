@@ -17,9 +17,10 @@ pass rates of a probe of training prompts are spread.
 ``run`` calls ``python -m lit_rlvr.cli fit --config <config> --config configs/methods/<strategy>.yaml
 --config budget.yaml ...`` in ``<out>/<strategy>_seed<S>``, ``--jobs`` at a time (one thread
 each). ``budget.yaml`` repeats the method's callbacks and appends ``SelectionTimer``,
-``RolloutEval`` (greedy pass@1 on the training and held-out prompts every 256 rollouts), ``RolloutBudget`` (stops once the cumulative rollouts generated reach ``--budget``, the same
-for every strategy; the step that crosses it finishes) and ``SelectionRecorder`` (the
-heatmap's per-prompt decisions).
+``RolloutEval`` (greedy pass@1 on the training and held-out prompts every
+``--eval-every-rollouts``), ``RolloutBudget`` (stops once the cumulative rollouts generated
+reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
+``SelectionRecorder`` (the heatmap's per-prompt decisions).
 
 ``report`` runs the report of ``scripts/report.py`` over ``<out>/*_seed*`` twice (with the
 hindsight oracle derived from Dynamic Sampling's runs, ``lit_rlvr.bench.report.hindsight_oracle``):
