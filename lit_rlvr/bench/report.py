@@ -251,6 +251,12 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float, int]:
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0, len(v)
 
 
+def _stat(values: Sequence[float]) -> dict[str, float]:
+    """``{"mean", "std", "n"}`` of ``values`` (NaNs dropped), as the tables print them."""
+    mean, std, n = _mean_std(values)
+    return {"mean": mean, "std": std, "n": n}
+
+
 def _relative(per_seed: dict[str, float], ref_per_seed: dict[str, float]) -> list[float]:
     """Per-seed ratios for seeds both have (paired); else the ratio of means."""
     common = [s for s in per_seed if s in ref_per_seed]
@@ -280,8 +286,7 @@ def summarize(
     for name, seeds in per_run.items():
         entry: dict[str, Any] = {"runs": len(seeds), "seeds": sorted(seeds)}
         for key in ("rollouts_to_target", "effective_ratio", "selection_ms", "final_accuracy", "initial_accuracy", "total_rollouts", "steps"):
-            mean, std, n = _mean_std([v[key] for v in seeds.values()])
-            entry[key] = {"mean": mean, "std": std, "n": n}
+            entry[key] = _stat([v[key] for v in seeds.values()])
         entry["reached"] = sum(not math.isnan(v["rollouts_to_target"]) for v in seeds.values())
         for ref in references:
             if ref in per_run:
@@ -289,8 +294,7 @@ def summarize(
                     {s: v["rollouts_to_target"] for s, v in seeds.items()},
                     {s: v["rollouts_to_target"] for s, v in per_run[ref].items()},
                 )
-                mean, std, n = _mean_std(ratios)
-                entry[f"vs_{ref}"] = {"mean": mean, "std": std, "n": n}
+                entry[f"vs_{ref}"] = _stat(ratios)
         entry["per_seed"] = seeds
         out["strategies"][name] = entry
     out["oracle"] = oracle if oracle in per_run else None
@@ -338,20 +342,16 @@ def variance_groups_table(runs: Sequence[Run], references: Sequence[str] = ("grp
                           oracle: str = "oracle") -> str:
     """Markdown: groups with reward variance found per 1,000 rollouts per strategy (mean ± std over seeds),
     per-seed ratios to each reference, and optimizer steps; the hindsight oracle is left out."""
-    per = {name: {r.seed: variance_groups_per_1k(r) for r in rs} for name, rs in _group(runs).items() if name != oracle}
-    steps = {name: sorted({int(r.column("rollouts/generated").size) for r in rs}) for name, rs in _group(runs).items()}
+    groups = {name: rs for name, rs in _group(runs).items() if name != oracle}
+    per = {name: {r.seed: variance_groups_per_1k(r) for r in rs} for name, rs in groups.items()}
+    stats = {name: _stat(list(v.values())) for name, v in per.items()}
     refs = [r for r in references if r in per]
     head = ["strategy", "groups with variance per 1,000 rollouts"] + [f"× {r}" for r in refs] + ["optimizer steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
-    order = sorted(per, key=lambda n: -_mean_std(list(per[n].values()))[0] if per[n] else 0.0)
-    for name in order:
-        mean, std, n = _mean_std(list(per[name].values()))
-        cells = [name, _pm({"mean": mean, "std": std, "n": n}, ".1f")]
-        for ref in refs:
-            m, sd, k = _mean_std(_relative(per[name], per[ref]))
-            cells.append(_pm({"mean": m, "std": sd, "n": k}, ".2f"))
-        s = steps[name]
-        cells.append(f"{s[0]}" if s[0] == s[-1] else f"{s[0]}–{s[-1]}")
+    for name in sorted(stats, key=lambda n: -stats[n]["mean"]):
+        cells = [name, _pm(stats[name], ".1f")] + [_pm(_stat(_relative(per[name], per[ref])), ".2f") for ref in refs]
+        steps = sorted({int(r.column("rollouts/generated").size) for r in groups[name]})  # training rows per run
+        cells.append(f"{steps[0]}" if steps[0] == steps[-1] else f"{steps[0]}–{steps[-1]}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -65,20 +65,20 @@ class RolloutEval(pl.Callback):
         self.prompts = list(prompts)
         self.train_limit = train_limit
         self.batch_size = int(batch_size)
-        self._evaluated_at: Optional[int] = None  # rollouts generated at the last evaluation
+        self._evaluated_at = 0  # rollouts generated at the last evaluation
 
     @torch.no_grad()
     def evaluate(self, trainer: pl.Trainer, pl_module: Any) -> dict[str, float]:
         """``{metric: greedy pass@1}`` for each prompt set."""
         datamodule = trainer.datamodule
-        records = {"train": list(datamodule.train_records)[: self.train_limit], "val": list(datamodule.val_records)}
         was_training = pl_module.training
         pl_module.eval()
         out = {}
         for name in self.prompts:
+            records = datamodule.train_records[: self.train_limit] if name == "train" else datamodule.val_records
             correct = []
-            for start in range(0, len(records[name]), self.batch_size):
-                pool = datamodule.collate_val(records[name][start : start + self.batch_size])
+            for start in range(0, len(records), self.batch_size):
+                pool = datamodule.collate_val(list(records[start : start + self.batch_size]))
                 greedy, _ = pl_module.correctness(pool, sampled=False)  # [P]
                 correct.append(greedy)
             out[METRICS[name]] = float(torch.cat(correct).mean()) if correct else float("nan")
@@ -92,11 +92,10 @@ class RolloutEval(pl.Callback):
         re-emits on the next step); the counters (rollouts generated, effective, ...) place the
         row on the report's x axes whatever the order of rows.
         """
-        done = pl_module.totals.rollouts_generated
         metrics = {**self.evaluate(trainer, pl_module), **cumulative_metrics(pl_module.totals)}
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
-        self._evaluated_at = done
+        self._evaluated_at = pl_module.totals.rollouts_generated
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
         if pl_module.steps_done == 0:
@@ -105,8 +104,8 @@ class RolloutEval(pl.Callback):
             self._evaluated_at = pl_module.totals.rollouts_generated
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs, batch, batch_idx) -> None:
-        done, last = pl_module.totals.rollouts_generated, self._evaluated_at or 0
-        if done // self.every_n_rollouts > last // self.every_n_rollouts:
+        done = pl_module.totals.rollouts_generated
+        if done // self.every_n_rollouts > self._evaluated_at // self.every_n_rollouts:
             self._evaluate_and_log(trainer, pl_module, step=max(trainer.global_step - 1, 0))  # this step's row number
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
