@@ -14,9 +14,9 @@ default ``configs/bench/reversal.yaml``): the tiny Llama of ``lit_rlvr.policy`` 
 the config's training prompts, rendered as ``lit-rlvr fit`` renders them, until the sampled
 pass rates of a probe of training prompts are spread.
 
-``run`` calls ``python -m lit_rlvr.cli fit --config <config> --config configs/methods/<strategy>.yaml
---config budget.yaml ...`` in ``<out>/<strategy>_seed<S>``, ``--jobs`` at a time (one thread
-each). ``budget.yaml`` repeats the method's callbacks and appends ``SelectionTimer``,
+``run`` runs ``lit-rlvr fit --config <config> --config configs/methods/<strategy>.yaml
+--config budget.yaml ...`` in ``<out>/<strategy>_seed<S>``, ``--jobs`` at a time in as many
+long-lived worker processes (one thread each; ``lit_rlvr.bench.fit_worker``). ``budget.yaml`` repeats the method's callbacks and appends ``SelectionTimer``,
 ``RolloutEval`` (greedy pass@1 on the training and held-out prompts every
 ``--eval-every-rollouts``), ``RolloutBudget`` (stops once the cumulative rollouts generated
 reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
@@ -36,8 +36,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -67,8 +65,8 @@ def warmup(args) -> None:
 # ----------------------------------------------------------------------------- runs
 
 
-def _fit_command(args, strategy: str, seed: int, warm: Path) -> tuple[Path, list[str]]:
-    """The run folder of (strategy, seed), prepared, and the ``lit-rlvr fit`` command to run in it.
+def _fit_args(args, strategy: str, seed: int, warm: Path) -> tuple[Path, list[str]]:
+    """The run folder of (strategy, seed), prepared, and the ``lit-rlvr`` arguments to run in it.
 
     ``budget.yaml`` repeats the method's callbacks (a later ``--config`` replaces the list) and
     appends the benchmark's own: ``SelectionTimer`` (``time/selection_ms``), ``RolloutBudget``,
@@ -84,48 +82,49 @@ def _fit_command(args, strategy: str, seed: int, warm: Path) -> tuple[Path, list
         {"class_path": "lit_rlvr.bench.budget.RolloutBudget", "init_args": {"budget": args.budget}},
         {"class_path": "lit_rlvr.bench.recorder.SelectionRecorder"},
     ]
-    rd = Path(args.out) / f"{strategy}_seed{seed}"
+    rd = Path(args.out).resolve() / f"{strategy}_seed{seed}"
     if rd.exists():
         shutil.rmtree(rd)
     rd.mkdir(parents=True)
     (rd / "budget.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False))
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(Path(args.config).resolve()),
-           "--config", str(method), "--config", "budget.yaml", "--seed_everything", str(seed),
-           "--model.seed", str(seed), "--data.seed", str(seed), "--model.policy.name_or_path", str(warm)]
-    return rd, cmd
+    argv = ["fit", "--config", str(Path(args.config).resolve()), "--config", str(method), "--config", "budget.yaml",
+            "--seed_everything", str(seed), "--model.seed", str(seed), "--data.seed", str(seed),
+            "--model.policy.name_or_path", str(warm)]
+    return rd, argv
 
 
 def run(args) -> None:
-    """Every (strategy, seed) as its own ``lit-rlvr fit``, ``--jobs`` at a time (one thread each)."""
+    """Every (strategy, seed) as a ``lit-rlvr fit`` in its folder, ``--jobs`` at a time.
+
+    The fits run in ``--jobs`` long-lived worker processes (``lit_rlvr.bench.fit_worker.FitPool``,
+    one torch thread each), which import Lightning and lit-rlvr once instead of once per run.
+    """
+    from concurrent.futures import as_completed
+
+    from lit_rlvr.bench.fit_worker import FitPool
+
     warm = Path(args.warm).resolve()
     if not (warm / "config.json").is_file():
         raise SystemExit(f"{warm} holds no model: run `python scripts/bench_real.py warmup` first")
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     times_path = out / "wall_times.json"
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
-    queue = [(strategy, seed) for seed in args.seeds for strategy in args.strategies]
-    running: list[tuple[str, Path, subprocess.Popen, float, object]] = []
     failed = []
     t_all = time.perf_counter()
-    while queue or running:
-        while queue and len(running) < args.jobs:
-            strategy, seed = queue.pop(0)
-            rd, cmd = _fit_command(args, strategy, seed, warm)
-            logf = open(rd / "fit.log", "w")
-            proc = subprocess.Popen(cmd, cwd=rd, env=env, stdout=logf, stderr=subprocess.STDOUT)
-            running.append((f"{strategy}_seed{seed}", rd, proc, time.perf_counter(), logf))
-        time.sleep(0.5)
-        for item in [r for r in running if r[2].poll() is not None]:
-            name, rd, proc, t0, logf = item
-            running.remove(item)
-            logf.close()
-            times[name] = round(time.perf_counter() - t0, 1)
+    with FitPool(args.jobs, threads=int(os.environ.get("OMP_NUM_THREADS", "1"))) as pool:
+        futures = {}
+        for seed in args.seeds:
+            for strategy in args.strategies:
+                rd, argv = _fit_args(args, strategy, seed, warm)
+                futures[pool.submit(rd, argv)] = (f"{strategy}_seed{seed}", rd)
+        for done in as_completed(futures):
+            name, rd = futures[done]
+            rc, seconds = done.result()
+            times[name] = round(seconds, 1)
             times_path.write_text(json.dumps(times, indent=2))
-            print(f"{name}: rc {proc.returncode}, {times[name]:.1f} s", flush=True)
-            if proc.returncode != 0:
+            print(f"{name}: rc {rc}, {seconds:.1f} s", flush=True)
+            if rc != 0:
                 failed.append(name)
                 print((rd / "fit.log").read_text()[-3000:], flush=True)
     print(f"all runs: {time.perf_counter() - t_all:.1f} s", flush=True)
