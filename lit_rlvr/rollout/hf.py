@@ -8,6 +8,11 @@ for greedy decoding, the logits after temperature and top-p for sampling. They a
 while generating by a logits processor placed last in the chain, which keeps one step's
 ``[rows, vocab]`` log-softmax and gathers it at the token chosen from it on the next step:
 memory O(rows x vocab) instead of the O(steps x rows x vocab) of ``output_scores=True``.
+
+Sampling draws each token by inverse-CDF sampling (``_InverseCDFSampler``, placed after the
+recorder) and lets ``generate`` run its greedy loop on the result. It samples the same
+distribution as transformers' ``torch.multinomial``, which on CPU costs about 64 ms per step for
+64 rows over a 49k vocabulary against 13 ms here: most of a tiny model's rollout time.
 """
 
 from __future__ import annotations
@@ -49,6 +54,23 @@ class _LogprobRecorder:
         if self._pending is not None:
             self._gather(last_tokens)
         return torch.stack(self.steps, dim=1) if self.steps else torch.empty(0, 0)
+
+
+class _InverseCDFSampler:
+    """Logits processor (after the recorder): draws one token per row from softmax(scores) and
+    returns scores that are 0 at that token and -inf elsewhere, so greedy decoding picks it.
+
+    One uniform per row against the float64 cumulative sum of the unnormalised probabilities;
+    ``right=True`` never lands on a zero-probability (filtered) token. Uses the global torch RNG,
+    like ``torch.multinomial``, so seeding and ``fork_rng`` work as before.
+    """
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        weights = (scores.float() - scores.float().amax(dim=-1, keepdim=True)).exp()  # [R, V], -inf -> 0
+        cdf = weights.cumsum(dim=-1, dtype=torch.float64)  # [R, V]
+        u = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * cdf[:, -1:]  # [R, 1]
+        token = torch.searchsorted(cdf, u, right=True).clamp_(max=scores.shape[-1] - 1)  # [R, 1]
+        return torch.full_like(scores, float("-inf")).scatter_(-1, token, 0.0)
 
 
 @contextlib.contextmanager
@@ -189,13 +211,15 @@ class HFEngine:
                 processors.append(TopPLogitsWarper(sampling.top_p))
         recorder = _LogprobRecorder()
         processors.append(recorder)
+        if not sampling.greedy:
+            processors.append(_InverseCDFSampler())  # generate then takes its argmax: the sampled token
 
         config = GenerationConfig(
-            do_sample=not sampling.greedy,
+            do_sample=False,
             max_new_tokens=sampling.max_new_tokens,
             temperature=1.0,
             top_p=1.0,
-            top_k=0 if not sampling.greedy else None,
+            top_k=None,
             eos_token_id=self.stop_token_ids,
             pad_token_id=self.pad_token_id,
             use_cache=True,

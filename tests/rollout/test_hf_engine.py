@@ -105,6 +105,28 @@ def test_sampled_logprobs_are_those_of_the_tempered_distribution(tiny, prompts):
     assert any(a > b + 1e-3 for a, b in zip(nucleus.logprobs, full.tolist()))
 
 
+def test_inverse_cdf_sampler_draws_the_softmax_distribution_and_never_a_filtered_token():
+    from lit_rlvr.rollout.hf import _InverseCDFSampler
+
+    probs = torch.tensor([0.1, 0.2, 0.0, 0.7])
+    scores = probs.log().expand(40_000, 4).clone()  # [R, V], token 2 filtered out (-inf)
+    torch.manual_seed(0)
+    out = _InverseCDFSampler()(torch.zeros(40_000, 1, dtype=torch.long), scores)
+    assert ((out == 0).sum(dim=1) == 1).all() and torch.isinf(out).sum() == 3 * 40_000  # one token per row
+    freq = torch.bincount(out.argmax(dim=1), minlength=4).float() / 40_000
+    torch.testing.assert_close(freq, probs, atol=0.01, rtol=0)  # 4 standard errors at 40k draws
+    assert freq[2] == 0
+
+
+def test_a_tiny_nucleus_samples_the_greedy_tokens(tiny, prompts):
+    engine = HFEngine(*tiny)
+    requests = [GenerationRequest(p, 2) for p in prompts]
+    greedy = engine.generate(requests, GREEDY)
+    nucleus = engine.generate(requests, SamplingConfig(temperature=1.0, top_p=1e-6, max_new_tokens=6, seed=3))
+    assert [[c.token_ids for c in g] for g in nucleus] == [[g[0].token_ids] * 2 for g in greedy]
+    assert all(lp == 0.0 for g in nucleus for c in g for lp in c.logprobs)  # the nucleus holds one token
+
+
 def test_seeded_sampling_is_reproducible_and_leaves_global_rng(tiny, prompts):
     engine = HFEngine(*tiny, max_batch_size=2)
     requests = [GenerationRequest(prompts[0], n=3), GenerationRequest(prompts[2], n=2)]
