@@ -463,6 +463,13 @@ def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, targets: Sequenc
     ax.set_xlabel("cumulative rollouts generated" if x_axis == "rollouts" else "training step")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} vs {'rollouts' if x_axis == 'rollouts' else 'steps'} (mean ± std over seeds)")
+    _finish_line_plot(fig, ax, path)
+
+
+def _finish_line_plot(fig, ax, path: Path) -> None:
+    """Grid, the legend outside the axes on the right (one entry per strategy), save, close."""
+    import matplotlib.pyplot as plt
+
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
@@ -500,12 +507,7 @@ def plot_per_step(runs: Sequence[Run], path: Path, column: str, ylabel: str, tit
     if logy:
         ax.set_yscale("log")
     ax.set_title(title + (f" (mean over seeds, rolling mean of {smooth} steps)" if smooth > 1 else " (mean over seeds)"), fontsize=10)
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish_line_plot(fig, ax, path)
 
 
 def load_selection(paths: Sequence[Path]) -> pd.DataFrame:
