@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lit_rlvr.bench.report import accuracy_curve, find_runs, hindsight_oracle, make_report, rollouts_to_target
+from lit_rlvr.bench.report import accuracy_curve, auto_target, find_runs, hindsight_oracle, make_report, rollouts_to_target
 
 
 def _write_run(root: Path, strategy: str, seed: int, per_step: int, acc_gain: float, ratio: float) -> None:
@@ -42,6 +42,17 @@ def test_rollouts_to_target_interpolates_between_evaluations():
     assert rollouts_to_target(x, y, 0.6) == pytest.approx(150.0)
     assert rollouts_to_target(x, y, 0.4) == 0.0
     assert math.isnan(rollouts_to_target(x, y, 0.8))
+
+
+def test_auto_target_never_sits_at_a_run_s_start(tmp_path):
+    _write_run(tmp_path / "a", "grpo", 0, per_step=100, acc_gain=0.05, ratio=0.5)  # 0.4 -> 0.7
+    _write_run(tmp_path / "a", "greso", 0, per_step=100, acc_gain=0.02, ratio=0.5)  # 0.4 -> 0.52
+    assert auto_target(find_runs([tmp_path / "a"])) == 0.52  # every run reaches it, above the start
+    _write_run(tmp_path / "b", "grpo", 0, per_step=100, acc_gain=0.05, ratio=0.5)  # 0.4 -> 0.7
+    _write_run(tmp_path / "b", "greso", 0, per_step=100, acc_gain=0.02, ratio=0.5)  # 0.4 -> 0.52
+    _write_run(tmp_path / "b", "dps", 0, per_step=100, acc_gain=0.0, ratio=0.5)  # stays at 0.4
+    # the one flat run would make the common best 0.4, its start: one step above it instead
+    assert auto_target(find_runs([tmp_path / "b"])) == 0.41
 
 
 def test_evaluations_are_placed_at_the_rollouts_logged_before_them(tmp_path):
