@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("roots", nargs="+", help="run folders, or folders holding runs")
     p.add_argument("--out", default=None, help="output folder (default: <first root>/report)")
     p.add_argument("--target", type=float, nargs="+", default=None,
-                   help="accuracy target(s), one table each (default: the best accuracy every run reaches)")
+                   help="accuracy target(s), one table each (default: the best accuracy every run reaches, or 0.01 above the start if none is higher; report.auto_target)")
     p.add_argument("--metric", default="val/pass@1", help="accuracy column (default val/pass@1)")
     p.add_argument("--reference", nargs="+", default=["dynamic_sampling", "grpo"], help="strategies the table compares against")
     p.add_argument("--oracle", default="oracle", help="name of the oracle strategy, if any")
