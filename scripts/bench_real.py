@@ -202,7 +202,7 @@ def main(argv=None) -> None:
     q = argparse.ArgumentParser(add_help=False)
     q.add_argument("--target", type=float, nargs="+", default=None,
                    help="train_prompts/pass@1 target(s) (default: the best accuracy every run reaches, or 0.01 above the start if none is higher; report.auto_target)")
-    q.add_argument("--heldout-target", type=float, nargs="+", default=None, help="heldout_prompts/pass@1 target(s) (default: as --target)")
+    q.add_argument("--heldout-target", type=float, nargs="+", default=None, help="heldout_prompts/pass@1 target(s) (default: --target's rule, on the held-out accuracy)")
     q.add_argument("--no-copy-png", dest="copy_png", action="store_false", help="do not copy PNGs to docs/img")
     sub.add_parser("warmup", parents=[w], help="supervised warm-up of the tiny policy")
     sub.add_parser("run", parents=[r], help="GRPO under each strategy and seed, equal rollout budget")
