@@ -66,7 +66,8 @@ class _InverseCDFSampler:
     """
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        weights = (scores.float() - scores.float().amax(dim=-1, keepdim=True)).exp()  # [R, V], -inf -> 0
+        scores32 = scores.float()
+        weights = (scores32 - scores32.amax(dim=-1, keepdim=True)).exp()  # [R, V], -inf -> 0
         cdf = weights.cumsum(dim=-1, dtype=torch.float64)  # [R, V]
         u = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * cdf[:, -1:]  # [R, 1]
         token = torch.searchsorted(cdf, u, right=True).clamp_(max=scores.shape[-1] - 1)  # [R, 1]
