@@ -44,8 +44,12 @@ class Totals:
 def step_metrics(batch: RolloutBatch, correct: torch.Tensor, epsilon: float = 0.0) -> dict[str, float]:
     """Per-step rollout metrics of ``batch``; ``correct`` is [N] bool per rollout."""
     n = len(batch)
-    if n == 0:
-        return {"rollouts/generated": 0.0, "rollouts/in_gradient": 0.0, "rollouts/effective_ratio": 0.0}
+    if n == 0:  # every prompt skipped: counts are 0 and means undefined; every key is logged, or the
+        nan = float("nan")  # logger would repeat the previous step's value for the missing ones
+        return {"rollouts/generated": 0.0, "rollouts/kept": 0.0, "rollouts/in_gradient": 0.0, "rollouts/effective": 0.0,
+                "rollouts/effective_ratio": 0.0, "rollouts/truncated_ratio": nan, "groups/generated": 0.0,
+                "groups/in_gradient": 0.0, "groups/solve_all": 0.0, "groups/solve_none": 0.0, "tokens/generated": 0.0,
+                "reward/mean": nan, "reward/accuracy": nan, "completion/length_mean": nan}
     group = batch.prompt_index
     zero_var = zero_variance_groups(batch.rewards, group, epsilon=epsilon)  # [N]
     groups = batch.group_indices()

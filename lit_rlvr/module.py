@@ -135,6 +135,11 @@ class EvalSettings:
     """Also measure held-out accuracy once before the first step (logged at step 0)."""
 
 
+def _mean_or_nan(values: Optional[torch.Tensor]) -> float:
+    """The mean of a step's per-rollout values; NaN for a step without rollouts (not the last step's value)."""
+    return float(values.mean()) if values is not None and len(values) else float("nan")
+
+
 class GRPOModule(pl.LightningModule):
     """GRPO and its relatives as one LightningModule; selection methods are callbacks.
 
@@ -453,7 +458,7 @@ class GRPOModule(pl.LightningModule):
                 "time/update_s": update.pop("seconds"),
                 "train/lr": float(self.lr_schedulers().get_last_lr()[0]),
                 **{f"train/{k}": v for k, v in update.items()},
-                **{f"reward/{k}": float(v.mean()) for k, v in batch.reward_components.items() if len(v)},
+                **{f"reward/{f.name}": _mean_or_nan(batch.reward_components.get(f.name)) for f in self.scorer.functions},
                 **cumulative_metrics(self.totals),
             }
         )

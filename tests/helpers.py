@@ -35,6 +35,17 @@ class DumpSelectorState(_pl.Callback):
         _torch.save({"states": states, "keeps": self.keeps}, _os.path.join(self.out_dir, f"rank{trainer.global_rank}.pt"))
 
 
+class SkipEveryPrompt(_pl.Callback):
+    """A pre-rollout selector that skips the whole pool on the given steps: an empty training step."""
+
+    def __init__(self, steps: tuple[int, ...] = (1,)) -> None:
+        self.steps = set(steps)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if int(pl_module.steps_done) in self.steps:
+            batch.keep[:] = False
+
+
 def mixed_difficulty_reward(completion: str, answer: str, metadata: dict) -> float:
     """Easy, hard and mixed prompts by question: a third always right, a third always wrong, a third by parity.
 

@@ -2,6 +2,7 @@
 
 import csv
 import glob
+import math
 import os
 from pathlib import Path
 
@@ -134,6 +135,17 @@ def test_a_raising_reward_is_counted_and_scored_zero(tmp_path):
     assert [float(r["rewards/errors"]) for r in rows] == [16.0, 16.0]  # every call of the broken reward, every step
     assert float(rows[-1]["cumulative/reward_errors"]) == 32.0
     assert float(rows[-1]["reward/always_raises"]) == 0.0
+
+
+def test_a_step_with_every_prompt_skipped_generates_nothing_and_the_run_goes_on(tmp_path):
+    # GRESO can skip a whole pool when Dynamic Sampling has nothing left to refill with
+    main(["fit", "--config", TINY, "--trainer.max_steps=3", "--trainer.limit_val_batches=0", *PARITY,
+          "--trainer.callbacks+=tests.helpers.SkipEveryPrompt", "--trainer.callbacks.steps=[1]"])
+    rows = _metrics("runs/tiny")
+    assert [float(r["rollouts/generated"]) for r in rows] == [16.0, 0.0, 16.0]
+    assert float(rows[-1]["cumulative/rollouts_generated"]) == 32.0
+    # the empty step says it had no rewards (not the previous step's values)
+    assert all(math.isnan(float(rows[1][k])) for k in ["reward/mean", "reward/accuracy", "reward/parity_reward"])
 
 
 def _fit(tmp_path, name: str, steps: int, ckpt: str | None = None, extra: tuple[str, ...] = ()) -> str:
