@@ -25,7 +25,8 @@ def run_fit(run_dir: str | Path, argv: Sequence[str], log_name: str = "fit.log")
 
     Returns (exit status, seconds). The status is 0 on success, the ``SystemExit`` code of a
     config error, and 1 for any other exception (its traceback is in the log). The caller's
-    working directory and file descriptors are restored afterwards.
+    working directory, file descriptors 1 and 2, ``sys.stdout``/``sys.stderr`` and ``sys.argv``
+    are restored afterwards.
     """
     from lit_rlvr.cli import main
 
