@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Optional
+from typing import Optional
 
 from lightning.pytorch.cli import LightningCLI
 

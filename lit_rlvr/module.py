@@ -14,7 +14,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import lightning.pytorch as pl
@@ -25,7 +25,6 @@ from lit_rlvr.accounting import Totals, cumulative_metrics, step_metrics, update
 from lit_rlvr.advantages import grpo_advantages
 from lit_rlvr.callbacks.base import (
     FixedGroupAllocator,
-    PromptSelector,
     RolloutAllocator,
     RolloutFilter,
     SelectionCallback,

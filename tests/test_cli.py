@@ -1,6 +1,5 @@
 """Every YAML under configs/ is parsed by the real CLI; bad configs fail at start-up naming the key."""
 
-import sys
 from pathlib import Path
 
 import pytest

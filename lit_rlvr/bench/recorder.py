@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import lightning.pytorch as pl
 import torch
 
-from lit_rlvr.callbacks.base import SelectionCallback, gather_rows, group_observations
+from lit_rlvr.callbacks.base import SelectionCallback, data_epoch, gather_rows, group_observations
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -97,7 +97,7 @@ class SelectionRecorder(SelectionCallback):
                 status[pid] = _EFFECTIVE  # rolled out on two ranks with different unanimous outcomes
             elif st >= _EASY or before == 0:
                 status[pid] = st  # a rolled-out outcome overrides skipped / unused
-        epoch = self._epoch(trainer, step)
+        epoch = data_epoch(trainer, step)
         ep = "" if epoch is None else str(epoch)
         self._buffer += [f"{step},{ep},{pid},{STATUSES[st - 1]}" for pid, st in status.items()]
         self._pool_ids = self._pool_keep = None
@@ -132,16 +132,6 @@ class SelectionRecorder(SelectionCallback):
             if extra:
                 rows.append(torch.tensor(extra, dtype=torch.float64))
         return torch.cat(rows).reshape(-1, 2)
-
-    @staticmethod
-    def _epoch(trainer: Any, step: int) -> Optional[int]:
-        epoch_of = getattr(getattr(trainer, "datamodule", None), "epoch_of", None)
-        if not callable(epoch_of):
-            return None
-        try:
-            return int(epoch_of(step))
-        except (ValueError, ZeroDivisionError, TypeError, AttributeError):
-            return None
 
     def _path(self, trainer: Any) -> str:
         if self._resolved is None:

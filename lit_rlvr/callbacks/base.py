@@ -197,6 +197,18 @@ def warn_if_pool_is_batch_sized(trainer: Optional[pl.Trainer], selector: str, ad
         )
 
 
+def data_epoch(trainer: Optional[pl.Trainer], step: int) -> Optional[int]:
+    """The data epoch training step ``step`` drew its pool from (``datamodule.epoch_of``), or None
+    when there is no datamodule that knows (a hand-made trainer in a test, the simulator's)."""
+    epoch_of = getattr(getattr(trainer, "datamodule", None), "epoch_of", None)
+    if not callable(epoch_of):
+        return None
+    try:
+        return int(epoch_of(step))
+    except (ValueError, ZeroDivisionError, TypeError, AttributeError):
+        return None
+
+
 def seeded_generator(seed: int, step: int, prompt_id: int = -1, salt: str = "") -> torch.Generator:
     """A CPU generator seeded by (seed, step, prompt id, salt): identical on every rank and on resume."""
     digest = hashlib.blake2b(f"{seed}|{step}|{prompt_id}|{salt}".encode(), digest_size=8).digest()

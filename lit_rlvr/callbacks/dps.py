@@ -46,8 +46,8 @@ import numpy as np
 import torch
 
 from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, warn_if_pool_is_batch_sized
-from lit_rlvr.callbacks.mopps import group_success, merge_rows, table_state
-from lit_rlvr.callbacks.state import PromptTable
+from lit_rlvr.callbacks.mopps import group_success, merge_rows
+from lit_rlvr.callbacks.state import PromptTable, TableHistory
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,7 +73,7 @@ def observed_state(n: np.ndarray, successes: np.ndarray) -> np.ndarray:
     return np.where(successes <= 1e-9, UNSOLVED, np.where(successes >= n - 1e-9, SOLVED, PARTIAL)).astype(np.int64)
 
 
-class DPS(PromptSelector):
+class DPS(TableHistory, PromptSelector):
     """Predict each prompt's next group outcome with a per-prompt HMM; train on the likeliest partial ones.
 
     Args:
@@ -114,16 +114,6 @@ class DPS(PromptSelector):
 
     def _state_key_fields(self) -> dict[str, Any]:
         return {"prior_alpha": self.prior_alpha, "success_threshold": self.success_threshold}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"table": table_state(self.table), "updates": self.updates}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.table.load_state_dict(state_dict.get("table", {}))
-        self.updates = int(state_dict.get("updates", 0))
-
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
 
     # ------------------------------------------------------------------ the model
 

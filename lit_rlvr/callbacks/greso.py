@@ -53,7 +53,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from lit_rlvr.callbacks.base import PromptSelector, gather_rows, group_observations, seeded_generator
+from lit_rlvr.callbacks.base import PromptSelector, data_epoch, gather_rows, group_observations, seeded_generator
 from lit_rlvr.callbacks.state import PromptTable
 from lit_rlvr.types import PromptPool, RolloutBatch
 
@@ -237,7 +237,7 @@ class GRESO(PromptSelector):
 
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
         obs = gather_rows(trainer, group_observations(batch)).numpy()  # [K, 4] every rank's groups
-        self.observe(obs, int(pl_module.steps_done), self._epoch_of_step(trainer, int(pl_module.steps_done)))
+        self.observe(obs, int(pl_module.steps_done), data_epoch(trainer, int(pl_module.steps_done)))
 
     def observe(self, obs: np.ndarray, step: int, epoch: Optional[int] = None) -> None:
         """Update z counts from [K, 4] (prompt id, n, reward sum, min==max) rows, then adapt p.
@@ -300,16 +300,6 @@ class GRESO(PromptSelector):
             self.p_hard = max(self.p_hard - self.delta_p, self.min_p)
         else:
             self.p_hard = min(self.p_hard + self.delta_p, self.max_p)
-
-    def _epoch_of_step(self, trainer: Optional[pl.Trainer], step: int) -> Optional[int]:
-        datamodule = getattr(trainer, "datamodule", None) if trainer is not None else None
-        epoch_of = getattr(datamodule, "epoch_of", None)
-        if not callable(epoch_of):
-            return None
-        try:
-            return int(epoch_of(step))
-        except (ValueError, ZeroDivisionError, TypeError, AttributeError):
-            return None
 
     # ------------------------------------------------------------------ helpers
 

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, group_observations, seeded_generator, warn_if_pool_is_batch_sized
-from lit_rlvr.callbacks.state import PromptTable
+from lit_rlvr.callbacks.state import PromptTable, TableHistory
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,11 +77,6 @@ def merge_rows(rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ids, n, succ
 
 
-def table_state(table: PromptTable) -> dict[str, torch.Tensor]:
-    """A PromptTable's columns as tensors (safe under ``torch.load(weights_only=True)``)."""
-    return {k: torch.from_numpy(v) for k, v in table.state_dict().items()}
-
-
 def beta_thompson(alpha: np.ndarray, beta: np.ndarray, ids: np.ndarray, seed: int, step: int, salt: str) -> np.ndarray:
     """[K] r̂ ~ Beta(alpha, beta), each drawn from ``seeded_generator(seed, step, id, salt)`` (two Gamma draws)."""
     out = np.empty(len(ids))
@@ -93,7 +88,7 @@ def beta_thompson(alpha: np.ndarray, beta: np.ndarray, ids: np.ndarray, seed: in
     return out
 
 
-class MoPPS(PromptSelector):
+class MoPPS(TableHistory, PromptSelector):
     """Thompson-sample each candidate's success rate from its Beta posterior; keep the B closest to 0.5.
 
     Args:
@@ -135,16 +130,6 @@ class MoPPS(PromptSelector):
 
     def _state_key_fields(self) -> dict[str, Any]:
         return {"prior_alpha": self.prior_alpha, "prior_beta": self.prior_beta, "success_threshold": self.success_threshold}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"table": table_state(self.table), "updates": self.updates}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.table.load_state_dict(state_dict.get("table", {}))
-        self.updates = int(state_dict.get("updates", 0))
-
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
 
     # ------------------------------------------------------------------ posterior
 

@@ -80,8 +80,8 @@ import numpy as np
 import torch
 
 from lit_rlvr.callbacks.base import RolloutAllocator, RolloutState, SelectionCallback, gather_rows
-from lit_rlvr.callbacks.mopps import group_success, merge_rows, table_state
-from lit_rlvr.callbacks.state import PromptTable
+from lit_rlvr.callbacks.mopps import group_success, merge_rows
+from lit_rlvr.callbacks.state import PromptTable, table_state
 from lit_rlvr.types import RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover

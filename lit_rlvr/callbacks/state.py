@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 
 class PromptTable:
@@ -64,3 +65,30 @@ class PromptTable:
         for name in self._spec:
             if name in state:
                 self._data[name] = np.array(state[name], dtype=self._spec[name][0])
+
+
+def table_state(table: PromptTable) -> dict[str, torch.Tensor]:
+    """A PromptTable's columns as tensors (safe under ``torch.load(weights_only=True)``)."""
+    return {k: torch.from_numpy(v) for k, v in table.state_dict().items()}
+
+
+class TableHistory:
+    """Checkpoint state and metrics of a selector whose history is a ``PromptTable`` (``self.table``),
+    with an update count (``self.updates``) and its last step's metrics (``self._metrics``).
+
+    List it before the Lightning callback base, so these methods are the ones used: MoPPS, DPS.
+    """
+
+    table: PromptTable
+    updates: int
+    _metrics: dict[str, float]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"table": table_state(self.table), "updates": self.updates}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.table.load_state_dict(state_dict.get("table", {}))
+        self.updates = int(state_dict.get("updates", 0))
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
