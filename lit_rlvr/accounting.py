@@ -12,6 +12,7 @@ Definitions (logged per step as ``rollouts/...`` and cumulatively as ``cumulativ
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Optional
 
 import torch
 
@@ -41,15 +42,20 @@ class Totals:
             setattr(self, k, int(v))
 
 
+def mean_or_nan(values: Optional[torch.Tensor]) -> float:
+    """The mean of a step's per-rollout values; NaN when the step has none (every prompt skipped).
+
+    NaN rather than leaving the key out: Lightning would log the previous step's value again.
+    """
+    return float(values.float().mean()) if values is not None and len(values) else float("nan")
+
+
 def step_metrics(batch: RolloutBatch, correct: torch.Tensor, epsilon: float = 0.0) -> dict[str, float]:
-    """Per-step rollout metrics of ``batch``; ``correct`` is [N] bool per rollout."""
+    """Per-step rollout metrics of ``batch``; ``correct`` is [N] bool per rollout.
+
+    An empty batch (every prompt skipped) gives the same keys: counts 0, means NaN.
+    """
     n = len(batch)
-    if n == 0:  # every prompt skipped: counts are 0 and means undefined; every key is logged, or the
-        nan = float("nan")  # logger would repeat the previous step's value for the missing ones
-        return {"rollouts/generated": 0.0, "rollouts/kept": 0.0, "rollouts/in_gradient": 0.0, "rollouts/effective": 0.0,
-                "rollouts/effective_ratio": 0.0, "rollouts/truncated_ratio": nan, "groups/generated": 0.0,
-                "groups/in_gradient": 0.0, "groups/solve_all": 0.0, "groups/solve_none": 0.0, "tokens/generated": 0.0,
-                "reward/mean": nan, "reward/accuracy": nan, "completion/length_mean": nan}
     group = batch.prompt_index
     zero_var = zero_variance_groups(batch.rewards, group, epsilon=epsilon)  # [N]
     groups = batch.group_indices()
@@ -64,16 +70,16 @@ def step_metrics(batch: RolloutBatch, correct: torch.Tensor, epsilon: float = 0.
         "rollouts/kept": float(batch.keep.sum()),
         "rollouts/in_gradient": float(in_gradient.sum()),
         "rollouts/effective": float((~zero_var).sum()),
-        "rollouts/effective_ratio": float((~zero_var).float().mean()),
-        "rollouts/truncated_ratio": float(batch.truncated.float().mean()),
+        "rollouts/effective_ratio": float((~zero_var).float().mean()) if n else 0.0,
+        "rollouts/truncated_ratio": mean_or_nan(batch.truncated),
         "groups/generated": float(len(groups)),
         "groups/in_gradient": float(groups_in_gradient),
         "groups/solve_all": float(solve_all),
         "groups/solve_none": float(solve_none),
         "tokens/generated": float(lengths.sum()),
-        "reward/mean": float(batch.rewards.mean()),
-        "reward/accuracy": float(correct.float().mean()),
-        "completion/length_mean": float(lengths.mean()),
+        "reward/mean": mean_or_nan(batch.rewards),
+        "reward/accuracy": mean_or_nan(correct),
+        "completion/length_mean": mean_or_nan(lengths),
     }
 
 

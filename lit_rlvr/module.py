@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from lit_rlvr.accounting import Totals, cumulative_metrics, step_metrics, update_totals
+from lit_rlvr.accounting import Totals, cumulative_metrics, mean_or_nan, step_metrics, update_totals
 from lit_rlvr.advantages import grpo_advantages
 from lit_rlvr.callbacks.base import (
     FixedGroupAllocator,
@@ -132,11 +132,6 @@ class EvalSettings:
     """Completion cap for validation (default: the rollout cap)."""
     before_training: bool = False
     """Also measure held-out accuracy once before the first step (logged at step 0)."""
-
-
-def _mean_or_nan(values: Optional[torch.Tensor]) -> float:
-    """The mean of a step's per-rollout values; NaN for a step without rollouts (not the last step's value)."""
-    return float(values.mean()) if values is not None and len(values) else float("nan")
 
 
 class GRPOModule(pl.LightningModule):
@@ -457,7 +452,7 @@ class GRPOModule(pl.LightningModule):
                 "time/update_s": update.pop("seconds"),
                 "train/lr": float(self.lr_schedulers().get_last_lr()[0]),
                 **{f"train/{k}": v for k, v in update.items()},
-                **{f"reward/{f.name}": _mean_or_nan(batch.reward_components.get(f.name)) for f in self.scorer.functions},
+                **{f"reward/{f.name}": mean_or_nan(batch.reward_components.get(f.name)) for f in self.scorer.functions},
                 **cumulative_metrics(self.totals),
             }
         )

@@ -16,7 +16,8 @@ pass rates of a probe of training prompts are spread.
 
 ``run`` runs ``lit-rlvr fit --config <config> --config configs/methods/<strategy>.yaml
 --config budget.yaml ...`` in ``<out>/<strategy>_seed<S>``, ``--jobs`` at a time in as many
-long-lived worker processes (one thread each; ``lit_rlvr.bench.fit_worker``). ``budget.yaml`` repeats the method's callbacks and appends ``SelectionTimer``,
+long-lived worker processes (one thread each; ``lit_rlvr.bench.fit_worker``). ``budget.yaml``
+repeats the method's callbacks and appends ``SelectionTimer``,
 ``RolloutEval`` (greedy pass@1 on the training and held-out prompts every
 ``--eval-every-rollouts``), ``RolloutBudget`` (stops once the cumulative rollouts generated
 reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
@@ -69,8 +70,8 @@ def _fit_args(args, strategy: str, seed: int, warm: Path) -> tuple[Path, list[st
     """The run folder of (strategy, seed), prepared, and the ``lit-rlvr`` arguments to run in it.
 
     ``budget.yaml`` repeats the method's callbacks (a later ``--config`` replaces the list) and
-    appends the benchmark's own: ``SelectionTimer`` (``time/selection_ms``), ``RolloutBudget``,
-    and ``SelectionRecorder`` last, so it reads the pool after every selector ran.
+    appends the benchmark's own: ``SelectionTimer`` (``time/selection_ms``), ``RolloutEval``,
+    ``RolloutBudget``, and ``SelectionRecorder`` last, so it reads the pool after every selector ran.
     """
     import yaml
 

@@ -18,7 +18,7 @@ distribution as transformers' ``torch.multinomial``, which on CPU costs about 64
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
@@ -60,15 +60,20 @@ class _InverseCDFSampler:
     """Logits processor (after the recorder): draws one token per row from softmax(scores) and
     returns scores that are 0 at that token and -inf elsewhere, so greedy decoding picks it.
 
-    One uniform per row against the float64 cumulative sum of the unnormalised probabilities;
-    ``right=True`` never lands on a zero-probability (filtered) token. Uses the global torch RNG,
-    like ``torch.multinomial``, so seeding and ``fork_rng`` work as before.
+    One uniform per row against the float64 cumulative sum of the probabilities; ``right=True``
+    never lands on a zero-probability (filtered) token. The probabilities come from the
+    recorder's log-softmax of the same scores when one is given (it has just computed it), so a
+    step does one softmax pass over the vocabulary, not two. Uses the global torch RNG, like
+    ``torch.multinomial``, so seeding and ``fork_rng`` work as before.
     """
 
+    def __init__(self, recorder: Optional[_LogprobRecorder] = None) -> None:
+        self.recorder = recorder
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        scores32 = scores.float()
-        weights = (scores32 - scores32.amax(dim=-1, keepdim=True)).exp()  # [R, V], -inf -> 0
-        cdf = weights.cumsum(dim=-1, dtype=torch.float64)  # [R, V]
+        pending = self.recorder._pending if self.recorder is not None else None
+        logprobs = pending if pending is not None else torch.log_softmax(scores.float(), dim=-1)  # [R, V]
+        cdf = logprobs.exp().cumsum(dim=-1, dtype=torch.float64)  # [R, V]; -inf -> 0 mass
         u = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * cdf[:, -1:]  # [R, 1]
         token = torch.searchsorted(cdf, u, right=True).clamp_(max=scores.shape[-1] - 1)  # [R, 1]
         return torch.full_like(scores, float("-inf")).scatter_(-1, token, 0.0)
@@ -213,7 +218,7 @@ class HFEngine:
         recorder = _LogprobRecorder()
         processors.append(recorder)
         if not sampling.greedy:
-            processors.append(_InverseCDFSampler())  # generate then takes its argmax: the sampled token
+            processors.append(_InverseCDFSampler(recorder))  # generate then takes its argmax: the sampled token
 
         config = GenerationConfig(
             do_sample=False,
