@@ -1,8 +1,14 @@
-"""Pure group-relative advantage functions, one per variant.
+"""Pure group-relative advantage functions, one per variant, and the one zero-variance rule.
 
 Groups are given by a group id per rollout, so groups may have different sizes
 (VIGOR, SARA, PODS and Dynamic Sampling all produce them). Rollouts outside
 ``mask`` get advantage 0 and do not enter their group's statistics.
+
+Zero variance (DESIGN.md, "Numbers and failures"): a group is zero-variance when
+max − min of its (kept) rewards is at most ``REWARD_TOL``. Advantages, accounting and
+every selector that tells a mixed group from a saturated one decide it through
+``is_zero_variance``; such a group's advantages are exactly 0, whatever float noise in
+its statistics says. Statistics are computed in float64 and returned as float32.
 """
 
 from __future__ import annotations
@@ -10,6 +16,64 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+
+REWARD_TOL = 1e-6
+"""Rewards closer than this are the same reward: the tolerance of the zero-variance rule
+(and the slack when a reward is compared with a success threshold). Far above the float
+noise of group statistics, far below any reward difference meant to carry signal."""
+
+
+def is_zero_variance(spread, tol: float = REWARD_TOL):
+    """Whether a group whose rewards span ``spread`` (max − min) is zero-variance: spread <= tol.
+
+    Works elementwise on floats, numpy arrays and tensors. ``tol`` defaults to the shared
+    ``REWARD_TOL``; only DynamicSampling's documented ``epsilon`` option passes another.
+    """
+    return spread <= tol
+
+
+def _dense_groups(group: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(inverse [N] dense group index 0..K−1, K) for any non-negative int group ids [N]."""
+    _, inverse = torch.unique(group, return_inverse=True)  # [N]
+    return inverse, int(inverse.max()) + 1 if len(inverse) else 0
+
+
+def _mask_or_all(rewards: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    return torch.ones_like(rewards, dtype=torch.bool) if mask is None else mask.bool()
+
+
+def group_spread(rewards: torch.Tensor, group: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """[N] float64 max − min of the masked rewards of each rollout's group.
+
+    A group with no masked rollout gets −inf (zero-variance: nothing in it carries signal).
+    """
+    mask_b = _mask_or_all(rewards, mask)
+    inverse, k = _dense_groups(group)
+    r = rewards.double()  # [N]
+    inf = float("inf")
+    hi = torch.full((k,), -inf, dtype=torch.float64).scatter_reduce(0, inverse, r.masked_fill(~mask_b, -inf), "amax")  # [K]
+    lo = torch.full((k,), inf, dtype=torch.float64).scatter_reduce(0, inverse, r.masked_fill(~mask_b, inf), "amin")  # [K]
+    return (hi - lo)[inverse]
+
+
+def _group_moments(
+    rewards: torch.Tensor, group: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-rollout float64 (mean [N], unbiased std [N], size [N]) of its group's masked rewards.
+
+    Two passes (mean, then squared deviations from it) in float64: a constant group of 1.1
+    gets std exactly 0 here where one-pass float32 sums leave ~1e-8.
+    """
+    inverse, k = _dense_groups(group)
+    r = rewards.double()  # [N]
+    w = mask.double()  # [N]
+    size = torch.zeros(k, dtype=torch.float64).index_add_(0, inverse, w)  # [K]
+    total = torch.zeros(k, dtype=torch.float64).index_add_(0, inverse, r * w)  # [K]
+    mean = total / size.clamp(min=1)  # [K]
+    dev = torch.where(mask, r - mean[inverse], torch.zeros_like(r))  # [N] (0 outside the mask)
+    sq = torch.zeros(k, dtype=torch.float64).index_add_(0, inverse, dev * dev)  # [K]
+    std = torch.sqrt(sq / (size - 1).clamp(min=1))  # [K] unbiased; 0 for groups of one
+    return mean[inverse], std[inverse], size[inverse]
 
 
 def group_stats(
@@ -22,19 +86,11 @@ def group_stats(
         group: [N] int group id of each rollout (any non-negative ints).
         mask: [N] bool rollouts that count (default: all).
     Returns:
-        (mean [N], std [N], size [N]) of each rollout's group, over masked rows only.
+        (mean [N], std [N], size [N]) float32 of each rollout's group, over masked rows only
+        (computed in float64).
     """
-    rewards = rewards.float()
-    mask = torch.ones_like(rewards, dtype=torch.bool) if mask is None else mask.bool()
-    _, inverse = torch.unique(group, return_inverse=True)  # [N] dense group index
-    num_groups = int(inverse.max()) + 1 if len(inverse) else 0
-    w = mask.float()  # [N]
-    size = torch.zeros(num_groups).index_add_(0, inverse, w)  # [G]
-    total = torch.zeros(num_groups).index_add_(0, inverse, rewards * w)  # [G]
-    mean = total / size.clamp(min=1)  # [G]
-    sq = torch.zeros(num_groups).index_add_(0, inverse, (rewards - mean[inverse]) ** 2 * w)  # [G]
-    std = torch.sqrt(sq / (size - 1).clamp(min=1))  # [G] unbiased; 0 for groups of one
-    return mean[inverse], std[inverse], size[inverse]
+    mean, std, size = _group_moments(rewards, group, _mask_or_all(rewards, mask))
+    return mean.float(), std.float(), size.float()
 
 
 def grpo_advantages(
@@ -47,25 +103,20 @@ def grpo_advantages(
     """GRPO (DeepSeekMath, arXiv 2402.03300): A_i = (r_i − mean_g) / (std_g + eps).
 
     With ``scale_by_std=False`` this is Dr.GRPO (arXiv 2503.20783): A_i = r_i − mean_g.
-    Returns [N] advantages, 0 outside ``mask``.
+    Zero-variance groups (``is_zero_variance`` of their kept rewards) get exactly 0.
+    Returns [N] float32 advantages (computed in float64), 0 outside ``mask``.
     """
-    mask_b = torch.ones_like(rewards, dtype=torch.bool) if mask is None else mask.bool()
-    mean, std, _ = group_stats(rewards, group, mask_b)
-    adv = rewards.float() - mean  # [N]
+    mask_b = _mask_or_all(rewards, mask)
+    mean, std, _ = _group_moments(rewards, group, mask_b)  # [N] each, float64
+    adv = rewards.double() - mean  # [N]
     if scale_by_std:
         adv = adv / (std + eps)
-    return torch.where(mask_b, adv, torch.zeros_like(adv))
+    signal = mask_b & ~is_zero_variance(group_spread(rewards, group, mask_b))  # [N]
+    return torch.where(signal, adv, torch.zeros_like(adv)).float()
 
 
 def zero_variance_groups(
-    rewards: torch.Tensor, group: torch.Tensor, mask: Optional[torch.Tensor] = None, epsilon: float = 0.0
+    rewards: torch.Tensor, group: torch.Tensor, mask: Optional[torch.Tensor] = None, epsilon: float = REWARD_TOL
 ) -> torch.Tensor:
-    """[N] bool: rollouts whose group's rewards all lie within ``epsilon`` of each other."""
-    mask_b = torch.ones_like(rewards, dtype=torch.bool) if mask is None else mask.bool()
-    _, inverse = torch.unique(group, return_inverse=True)
-    num_groups = int(inverse.max()) + 1 if len(inverse) else 0
-    big = torch.finfo(torch.float32).max
-    r = rewards.float()
-    hi = torch.full((num_groups,), -big).scatter_reduce(0, inverse, torch.where(mask_b, r, -big), "amax")
-    lo = torch.full((num_groups,), big).scatter_reduce(0, inverse, torch.where(mask_b, r, big), "amin")
-    return (hi - lo <= epsilon)[inverse]
+    """[N] bool: rollouts whose group's (masked) rewards span at most ``epsilon`` (``is_zero_variance``)."""
+    return is_zero_variance(group_spread(rewards, group, mask), epsilon)
