@@ -2,8 +2,9 @@
 
 Definitions (logged per step as ``rollouts/...`` and cumulatively as ``cumulative/...``):
 - ``generated``: every rollout the engine produced this step, kept or not.
-- ``effective_ratio``: share of generated rollouts sitting in groups whose rewards
-  are not all equal (over all of the group's rollouts): the ones that can carry signal.
+- ``effective_ratio``: share of generated rollouts sitting in groups that are not
+  zero-variance (``advantages.is_zero_variance`` over all of the group's rollouts): the
+  ones that can carry signal.
 - ``in_gradient``: kept rollouts with a non-zero advantage, i.e. that move the loss.
 - ``groups/solve_all`` / ``groups/solve_none``: rolled-out groups whose rollouts are all
   correct / all incorrect (by the accuracy reward).
@@ -50,14 +51,14 @@ def mean_or_nan(values: Optional[torch.Tensor]) -> float:
     return float(values.float().mean()) if values is not None and len(values) else float("nan")
 
 
-def step_metrics(batch: RolloutBatch, correct: torch.Tensor, epsilon: float = 0.0) -> dict[str, float]:
+def step_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, float]:
     """Per-step rollout metrics of ``batch``; ``correct`` is [N] bool per rollout.
 
     An empty batch (every prompt skipped) gives the same keys: counts 0, means NaN.
     """
     n = len(batch)
     group = batch.prompt_index
-    zero_var = zero_variance_groups(batch.rewards, group, epsilon=epsilon)  # [N]
+    zero_var = zero_variance_groups(batch.rewards, group)  # [N] the shared rule
     groups = batch.group_indices()
     solve_all = sum(bool(correct[idx].all()) for idx in groups.values())
     solve_none = sum(bool((~correct[idx]).all()) for idx in groups.values())

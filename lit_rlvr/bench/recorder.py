@@ -16,8 +16,9 @@ per step, columns ``step, epoch, prompt_id, status``:
 * ``skipped``: in the step's pool (or drawn for a refill) but removed by a selector
   (``pool.keep`` False: GRESO's skip, MoPPS/DPS not choosing it);
 * ``unused``: eligible but never rolled out (the allocator did not need it);
-* ``easy`` / ``hard``: rolled out, every reward >= / < ``easy_threshold`` (zero variance);
-* ``effective``: rolled out with rewards not all equal.
+* ``easy`` / ``hard``: rolled out, zero-variance (``advantages.is_zero_variance``), mean
+  reward >= / < ``easy_threshold``;
+* ``effective``: rolled out and not zero-variance.
 
 ``report.py`` draws it as GRESO's case-study heatmap (prompts × epochs). The recorder
 changes nothing: it only reads the pool and the scored batch, keeps no state across steps
@@ -112,7 +113,7 @@ class SelectionRecorder(SelectionCallback):
 
     def _local_rows(self, batch: RolloutBatch) -> torch.Tensor:
         """[K, 2] float64 (prompt id, status) for this rank's rolled-out groups and its drawn prompts."""
-        obs = group_observations(batch)  # [K, 4] (id, n, sum, min==max)
+        obs = group_observations(batch)  # [K, 4] (id, n, sum, zero-variance)
         mean = obs[:, 2] / obs[:, 1].clamp(min=1)
         st = torch.where(
             obs[:, 3] > 0.5,

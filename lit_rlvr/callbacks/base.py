@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import lightning.pytorch as pl
 import torch
 
+from lit_rlvr.advantages import REWARD_TOL, is_zero_variance
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -110,19 +111,23 @@ class RolloutState:
         return torch.tensor([sum(r) / len(r) if r else 0.0 for r in self.rewards], dtype=torch.float32)
 
     def reward_var(self) -> torch.Tensor:
-        """[P] float32 population variance of each prompt's rewards so far (0 where < 2)."""
+        """[P] float32 population variance of each prompt's rewards so far.
+
+        Exactly 0 where fewer than 2 or zero-variance (``is_zero_variance``), so every
+        saturated group ties at 0 whatever float noise the sums leave (VIGOR ranks by this).
+        """
         out = []
         for r in self.rewards:
-            if len(r) < 2:
+            if len(r) < 2 or is_zero_variance(max(r) - min(r)):
                 out.append(0.0)
                 continue
             m = sum(r) / len(r)
             out.append(sum((x - m) ** 2 for x in r) / len(r))
         return torch.tensor(out, dtype=torch.float32)
 
-    def is_effective(self, epsilon: float = 0.0) -> torch.Tensor:
-        """[P] bool: prompts whose rewards so far are not all equal (within ``epsilon``)."""
-        return torch.tensor([bool(r) and (max(r) - min(r) > epsilon) for r in self.rewards], dtype=torch.bool)
+    def is_effective(self, epsilon: float = REWARD_TOL) -> torch.Tensor:
+        """[P] bool: prompts with rewards so far that are not zero-variance (``is_zero_variance``)."""
+        return torch.tensor([bool(r) and not is_zero_variance(max(r) - min(r), epsilon) for r in self.rewards], dtype=torch.bool)
 
     def unused(self) -> list[int]:
         """Pool indices still eligible (``pool.keep``) and not rolled out yet, in pool order."""
@@ -235,7 +240,9 @@ def gather_rows(trainer: Optional[pl.Trainer], rows: torch.Tensor) -> torch.Tens
 
 
 def group_observations(batch: RolloutBatch, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """[K, 4] float64 rows (prompt id, n rollouts, reward sum, reward min==max) per group, by pool index.
+    """[K, 4] float64 rows (prompt id, n rollouts, reward sum, zero-variance) per group, by pool index.
+
+    The last column is 1.0 where the group is zero-variance (``is_zero_variance(max − min)``).
 
     The compact per-group summary most selectors update from; ``gather_rows`` it across ranks.
     Vectorised (scatter reductions): milliseconds for hundreds of thousands of rollouts.
@@ -249,4 +256,4 @@ def group_observations(batch: RolloutBatch, mask: Optional[torch.Tensor] = None)
     total = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, r)  # [K]
     lo = torch.full((k,), float("inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amin")  # [K]
     hi = torch.full((k,), float("-inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amax")  # [K]
-    return torch.stack([batch.pool.ids[uniq].double(), n, total, (lo == hi).double()], dim=1).reshape(-1, 4)
+    return torch.stack([batch.pool.ids[uniq].double(), n, total, is_zero_variance(hi - lo).double()], dim=1).reshape(-1, 4)

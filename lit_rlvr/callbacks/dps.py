@@ -29,9 +29,12 @@ Decisions (matching the reference code's ``BayesianHMMSampler`` unless noted):
   update: the "decay every prompt every step" pass is **eager and vectorised over the
   prompts sampled at least once** (one einsum over an [N, 3, 3] array, a few ms for
   100k prompts) and exact for all others, which stay at (α0, uniform).
-* **Observed state** from the group's success count: 0 successes → unsolved, all →
-  solved, else partial. A rollout succeeds when its reward is ≥ ``success_threshold``
-  (default 1.0; null: mean reward clipped to [0, 1], as the reference's mean accuracy).
+* **Observed state** from the group's success rate s: s = 0 → unsolved, s = 1 → solved,
+  else partial, each within the shared ``REWARD_TOL`` (exact for success counts). A rollout
+  succeeds when its reward is ≥ ``success_threshold`` (default 1.0; null: mean reward
+  clipped to [0, 1], as the reference's mean accuracy). The states are about correctness,
+  as in the paper, not reward variance: with ``success_threshold: null`` a group whose
+  rewards are all 0.7 is *partial* although it is zero-variance (no gradient).
 * A prompt rolled out on several ranks in one step is one observation over its pooled
   rollouts. Ties in π[partial] (every new prompt ties at 1/3) fall back to pool order
   (the data module's seeded shuffle), deterministic on every rank.
@@ -45,6 +48,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, warn_if_pool_is_batch_sized
 from lit_rlvr.callbacks.mopps import group_success, merge_rows
 from lit_rlvr.callbacks.state import PromptTable, TableHistory
@@ -69,8 +73,13 @@ def predict(alpha: np.ndarray, pi: np.ndarray) -> np.ndarray:
 
 
 def observed_state(n: np.ndarray, successes: np.ndarray) -> np.ndarray:
-    """[K] int64: 0 unsolved (no success), 2 solved (all succeed), 1 partial."""
-    return np.where(successes <= 1e-9, UNSOLVED, np.where(successes >= n - 1e-9, SOLVED, PARTIAL)).astype(np.int64)
+    """[K] int64 from the success rate s = successes / n: 0 unsolved (s <= tol), 2 solved (s >= 1 − tol), 1 partial.
+
+    tol is ``REWARD_TOL``: exact for counts (s is 0, 1 or at least 1/n away), and a
+    fractional success rate within float noise of 0 or 1 is not mistaken for partial.
+    """
+    rate = np.asarray(successes, dtype=np.float64) / np.maximum(n, 1)  # [K]
+    return np.where(rate <= REWARD_TOL, UNSOLVED, np.where(rate >= 1.0 - REWARD_TOL, SOLVED, PARTIAL)).astype(np.int64)
 
 
 class DPS(TableHistory, PromptSelector):

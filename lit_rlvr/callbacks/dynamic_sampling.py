@@ -14,6 +14,9 @@ What this implementation adds (METHODS.md, "Dynamic Sampling"):
   also counts it (``select/DynamicSampling/cap_hits``).
 * **Band-pass**: ``band=(lo, hi)`` keeps only groups whose mean reward is in ``[lo, hi]``.
 * **epsilon** for continuous rewards: a group counts as zero-variance when max − min <= ε.
+  The default is the shared ``REWARD_TOL`` (1e-6) of ``advantages.is_zero_variance``, so by
+  default this filter drops exactly the groups whose advantages are 0; a larger ε also drops
+  groups whose rewards differ by less (they still carry a small, noisy gradient).
 * **Adaptive refill size** (GRESO's reference code, Infini-AI-Lab/GRESO
   ``ray_trainer.py``: ``int(remainder / (1 - zero_variance_ratio) / n * 1.25)``,
   capped by the generation batch): a refill round asks for
@@ -43,6 +46,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from lit_rlvr.advantages import REWARD_TOL, is_zero_variance
 from lit_rlvr.callbacks.base import (
     gather_rows,
     PromptSelector,
@@ -95,7 +99,7 @@ def effective_groups(
     rewards: torch.Tensor,
     group: torch.Tensor,
     mask: torch.Tensor,
-    epsilon: float = 0.0,
+    epsilon: float = REWARD_TOL,
     band: Optional[tuple[float, float]] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-group effectiveness over the masked rollouts, groups in generation order.
@@ -104,7 +108,7 @@ def effective_groups(
         rewards: [N] rewards.
         group: [N] int64 group id (pool index) of each rollout.
         mask: [N] bool rollouts that count.
-        epsilon: a group is zero-variance when max − min <= epsilon.
+        epsilon: a group is zero-variance when max − min <= epsilon (``is_zero_variance``).
         band: keep only groups whose mean reward lies in [lo, hi] (None: no band).
     Returns:
         (groups [K] pool indices ordered by first masked rollout, effective [K] bool,
@@ -127,7 +131,7 @@ def effective_groups(
     in_band = torch.ones(k, dtype=torch.bool)
     if band is not None:
         in_band = (mean >= band[0] - 1e-12) & (mean <= band[1] + 1e-12)
-    effective = ((hi - lo) > epsilon) & in_band
+    effective = ~is_zero_variance(hi - lo, epsilon) & in_band
     order = torch.argsort(first)  # generation order of the groups
     return uniq[order], effective[order], in_band[order]
 
@@ -141,8 +145,9 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         generation_batch_multiple: prompts rolled out in round 0 = ceil(multiple × B); also the upper
             bound of a refill round. 1.0 here keeps CPU runs cheap; 3.0 reproduces verl's DAPO
             recipe (``gen_batch_size`` = 3 × ``train_batch_size``).
-        epsilon: a group is zero-variance (dropped) when max − min of its rewards <= epsilon
-            (0 for binary rewards; e.g. 1e-3 for continuous ones).
+        epsilon: a group is zero-variance (dropped) when max − min of its rewards <= epsilon.
+            Default ``REWARD_TOL`` = 1e-6, the rule advantages use (such groups get advantage
+            exactly 0); raise it (e.g. 1e-3) to also drop near-constant continuous rewards.
         band: optional ``[lo, hi]``: keep only groups whose mean reward lies in it (both ends
             included), on top of the zero-variance drop. None keeps every non-zero-variance group.
         refill: roll out more prompts while fewer than B groups are effective. False: one round,
@@ -162,7 +167,7 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         self,
         max_rounds: int = 10,
         generation_batch_multiple: float = 1.0,
-        epsilon: float = 0.0,
+        epsilon: float = REWARD_TOL,
         band: Optional[tuple[float, float]] = None,
         refill: bool = True,
         refill_margin: float = 1.25,
@@ -366,7 +371,7 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
                 continue  # requested but nothing came back: not a group
             mean = sum(r) / len(r)
             in_band = lo_band - 1e-12 <= mean <= hi_band + 1e-12
-            self._evaluated[p] = (max(r) - min(r) > self.epsilon) and in_band
+            self._evaluated[p] = not is_zero_variance(max(r) - min(r), self.epsilon) and in_band
         self._pending = []
 
     # ------------------------------------------------------------------ pre-backward stage

@@ -19,10 +19,13 @@ Infini-AI-Lab/GRESO (``verl/trainer/ttis/presampling_selector.py``
 Decisions this implementation makes (documented, each a constructor argument where it matters):
 
 * **Easy / hard.** The paper's rewards are binary. Here a group is *easy* when it is
-  zero-variance (all rewards equal) and its common reward is >= ``easy_threshold``
-  (0.5), *hard* when zero-variance below it, *mixed* otherwise. For {0, 1} rewards this
-  is exactly all-correct / all-wrong; with additive format bonuses set the threshold
-  between the all-wrong and all-correct totals. (The reference thresholds the group's
+  zero-variance (max − min of its rewards <= ``REWARD_TOL``, the shared rule of
+  ``advantages.is_zero_variance``: exactly the groups that get no gradient) and its mean
+  reward is >= ``easy_threshold`` (0.5), *hard* when zero-variance below it, *mixed*
+  otherwise. GRESO skips prompts whose groups give no gradient, so it reads the reward's
+  variance, not the accuracy reward: a group whose rewards are all 0.7 (partial credit) is
+  saturated too. For {0, 1} rewards this is exactly all-correct / all-wrong; with
+  additive format bonuses set the threshold between the all-wrong and all-correct totals. (The reference thresholds the group's
   mean reward at 0.98 / 0.11, which equals this for groups of up to 8 binary rewards.)
 * **Second epoch.** The reference adapts when its dataloader epoch is > 0. Here the epoch
   of the step is read from ``trainer.datamodule.epoch_of(step)`` when the data module
@@ -240,7 +243,7 @@ class GRESO(PromptSelector):
         self.observe(obs, int(pl_module.steps_done), data_epoch(trainer, int(pl_module.steps_done)))
 
     def observe(self, obs: np.ndarray, step: int, epoch: Optional[int] = None) -> None:
-        """Update z counts from [K, 4] (prompt id, n, reward sum, min==max) rows, then adapt p.
+        """Update z counts from [K, 4] (prompt id, n, reward sum, zero-variance) rows, then adapt p.
 
         ``epoch``: the data epoch of ``step`` if known; None infers the second epoch from
         prompts seen in an earlier step.

@@ -43,6 +43,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, group_observations, seeded_generator, warn_if_pool_is_batch_sized
 from lit_rlvr.callbacks.state import PromptTable, TableHistory
 from lit_rlvr.types import PromptPool, RolloutBatch
@@ -55,14 +56,14 @@ if TYPE_CHECKING:  # pragma: no cover
 def group_success(batch: RolloutBatch, success_threshold: Optional[float]) -> torch.Tensor:
     """[K, 3] float64 rows (prompt id, n rollouts, successes) per rolled-out prompt of ``batch``.
 
-    A rollout succeeds when its reward is ≥ ``success_threshold`` (−1e-6 slack); with
+    A rollout succeeds when its reward is ≥ ``success_threshold`` − ``REWARD_TOL``; with
     ``None`` each rollout contributes its reward clipped to [0, 1] (fractional successes).
     """
     if success_threshold is None:
         success = batch.rewards.double().clamp(0.0, 1.0)
     else:
-        success = (batch.rewards.double() >= success_threshold - 1e-6).double()
-    obs = group_observations(dataclasses.replace(batch, rewards=success))  # [K, 4] (id, n, sum, min==max)
+        success = (batch.rewards.double() >= success_threshold - REWARD_TOL).double()
+    obs = group_observations(dataclasses.replace(batch, rewards=success))  # [K, 4] (id, n, sum, zero-variance)
     return obs[:, :3]
 
 

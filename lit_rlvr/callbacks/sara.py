@@ -22,6 +22,11 @@ freed budget goes to a fresh prompt (``state.unused()`` from the pool first, the
 into one plan. The step ends when the budget is spent, when B groups are committed
 or complete, when no fresh prompt is left, or at ``max_rounds``.
 
+"Mixed" here is about successes (a reward ≥ ``success_threshold`` − ``REWARD_TOL``), as
+the paper's Beta posterior is over the success rate; the ``effective_groups`` metric
+counts groups that are not zero-variance by the shared reward rule
+(``advantages.is_zero_variance``). For binary rewards the two agree.
+
 Defaults and why:
 
 * **K = 2** (``probe_size``): the smallest probe that can already be mixed; every
@@ -79,6 +84,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.callbacks.base import RolloutAllocator, RolloutState, SelectionCallback, gather_rows
 from lit_rlvr.callbacks.mopps import group_success, merge_rows
 from lit_rlvr.callbacks.state import PromptTable, table_state
@@ -226,7 +232,7 @@ class SARA(RolloutAllocator):
         self._prior += list(zip(a.tolist(), b.tolist()))
 
     def _successes(self, rewards: list[float]) -> int:
-        return sum(1 for r in rewards if r >= self.success_threshold - 1e-6)
+        return sum(1 for r in rewards if r >= self.success_threshold - REWARD_TOL)  # as mopps.group_success
 
     def plan(self, state: RolloutState) -> torch.Tensor:
         G, B, K = state.group_size, state.pool.batch_size, self.probe_size

@@ -27,7 +27,8 @@ Decisions where the paper notes are silent (all documented here and in ``Args``)
   ``R_t mod n_t`` highest-variance ones one more. So the total is exactly
   ``B' · G`` whatever B is, and when B is divisible by (1/α)^(T−1) the counts are
   exactly m0·γ^t per prompt.
-* **Ties in variance** (common: every zero-variance group ties at 0) are broken by
+* **Ties in variance** (common: ``RolloutState.reward_var`` is exactly 0 for every
+  zero-variance group, by the shared rule ``advantages.is_zero_variance``) are broken by
   pool order (a stable sort), which is the data module's seeded shuffle: deterministic,
   identical on every rank and on resume, and uncorrelated with the prompts.
 * VIGOR keeps no state across steps (the active set lives only within a step), so
