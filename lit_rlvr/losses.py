@@ -27,6 +27,23 @@ Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-n
 AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
+def loss_sequences(mask: torch.Tensor) -> float:
+    """The N of the seq-mean aggregations: rows of ``mask`` [N, L] with at least one loss token.
+
+    A row with no loss token (``mask_truncated`` masking a truncated completion, DAPO's
+    overlong filtering; the module's zero-weight placeholder row) is not a sequence of the
+    batch: masked out means the same as filtered out (DynamicSampling, PODS). Counting it
+    would shrink every other row's share by the truncation rate, in seq-mean-token-mean and
+    Dr.GRPO's N · L_max alike, while token-mean already ignores it; so the three
+    aggregations agree that an empty row is absent. TRL divides by every row, and so does
+    verl by default since its PR #4510 dropped the "exclude fully masked sequences" step
+    (an ``exclude_fully_masked_seq`` option was proposed later); lit-rlvr keeps the
+    exclusion so that a rollout's loss weight does not depend on how many others were
+    masked. ``Normalizer.of`` and ``GRPOModule._global_normalizer`` both count with this.
+    """
+    return float((mask.sum(dim=1) > 0).sum())  # [N, L] -> rows with a loss token
+
+
 @dataclass
 class Normalizer:
     """Totals of the whole optimizer-step batch, used to normalise each micro-batch."""
@@ -34,7 +51,7 @@ class Normalizer:
     num_tokens: float
     """Σ mask over the whole batch (token-mean)."""
     num_sequences: float
-    """N over the whole batch (seq-mean-*)."""
+    """N over the whole batch (seq-mean-*): rows with a loss token (``loss_sequences``)."""
     max_len: float
     """L_max, the completion-length cap (Dr.GRPO's constant)."""
 
@@ -43,7 +60,7 @@ class Normalizer:
         """Totals of a single batch (no accumulation)."""
         return Normalizer(
             num_tokens=float(mask.sum().clamp(min=1)),
-            num_sequences=float(max(mask.shape[0], 1)),
+            num_sequences=max(loss_sequences(mask), 1.0),
             max_len=float(max_len if max_len is not None else mask.shape[1]),
         )
 

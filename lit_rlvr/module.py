@@ -32,7 +32,7 @@ from lit_rlvr.callbacks.base import (
 )
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
-from lit_rlvr.losses import AGGREGATIONS, Normalizer, aggregate, clipped_surrogate, k3_kl, overlong_penalty
+from lit_rlvr.losses import AGGREGATIONS, Normalizer, aggregate, clipped_surrogate, k3_kl, loss_sequences, overlong_penalty
 from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
@@ -400,9 +400,9 @@ class GRPOModule(pl.LightningModule):
         return strategy.block_backward_sync()
 
     def _global_normalizer(self, tensors: TrainingTensors) -> Normalizer:
-        """Token and sequence totals over every micro-batch and every rank."""
+        """Token and sequence (``losses.loss_sequences``) totals over every micro-batch and every rank."""
         local = torch.tensor(
-            [float(tensors.completion_mask.sum()), float((tensors.completion_mask.sum(1) > 0).sum())],
+            [float(tensors.completion_mask.sum()), loss_sequences(tensors.completion_mask)],
             device=self.device,
         )
         total = self.trainer.strategy.reduce(local, reduce_op="sum") if self.trainer.world_size > 1 else local

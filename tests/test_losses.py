@@ -5,7 +5,16 @@ import math
 import pytest
 import torch
 
-from lit_rlvr.losses import Normalizer, aggregate, clipped_surrogate, dpo_loss, k3_kl, overlong_penalty, token_logprobs
+from lit_rlvr.losses import (
+    Normalizer,
+    aggregate,
+    clipped_surrogate,
+    dpo_loss,
+    k3_kl,
+    loss_sequences,
+    overlong_penalty,
+    token_logprobs,
+)
 
 
 def _loss(ratio: float, adv: float, dual_clip=3.0):
@@ -81,6 +90,43 @@ def test_micro_batches_sum_to_the_full_batch(aggregation):
     full = aggregate(PER_TOKEN, MASK, aggregation, norm)
     parts = aggregate(PER_TOKEN[:1], MASK[:1], aggregation, norm) + aggregate(PER_TOKEN[1:], MASK[1:], aggregation, norm)
     assert float(parts) == pytest.approx(float(full))
+
+
+# A row with no loss tokens (``mask_truncated`` masked its truncated completion) is not a
+# sequence of the batch: Normalizer.of and the module's normaliser both count rows through
+# ``loss_sequences``. Two rows (L = 3): row 0 has losses 1, 2, 3; row 1 has none (its 7s are
+# masked). Σℓ = 6 over 3 tokens in 1 sequence; L_max = 4.
+EMPTY_ROW_LOSS = torch.tensor([[1.0, 2.0, 3.0], [7.0, 7.0, 7.0]])
+EMPTY_ROW_MASK = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+
+
+def test_loss_sequences_counts_rows_with_a_loss_token():
+    assert loss_sequences(EMPTY_ROW_MASK) == 1.0
+    assert loss_sequences(MASK) == 2.0
+    assert loss_sequences(torch.zeros(3, 5)) == 0.0
+    norm = Normalizer.of(EMPTY_ROW_MASK, max_len=4)
+    assert (norm.num_tokens, norm.num_sequences, norm.max_len) == (3.0, 1.0, 4.0)
+    # An all-empty batch still divides by 1, never 0.
+    assert Normalizer.of(torch.zeros(2, 3)).num_sequences == 1.0
+
+
+@pytest.mark.parametrize(
+    "aggregation, expected",
+    [
+        ("token-mean", 2.0),  # (1 + 2 + 3) / 3 tokens = 2 (the empty row adds no token)
+        ("seq-mean-token-mean", 2.0),  # ((1 + 2 + 3) / 3) / 1 sequence = 2 (not 2 / 2 = 1)
+        ("seq-mean-token-sum-norm", 1.5),  # Dr.GRPO: 6 / (1 · 4) = 1.5 (not 6 / (2 · 4) = 0.75)
+    ],
+)
+def test_a_row_without_loss_tokens_is_not_a_sequence(aggregation, expected):
+    norm = Normalizer.of(EMPTY_ROW_MASK, max_len=4)
+    assert float(aggregate(EMPTY_ROW_LOSS, EMPTY_ROW_MASK, aggregation, norm)) == pytest.approx(expected)
+    # Default normaliser (Normalizer.of, L_max = mask width 3) follows the same rule.
+    default_expected = {"token-mean": 2.0, "seq-mean-token-mean": 2.0, "seq-mean-token-sum-norm": 6 / (1 * 3)}
+    assert float(aggregate(EMPTY_ROW_LOSS, EMPTY_ROW_MASK, aggregation)) == pytest.approx(default_expected[aggregation])
+    # Dropping the empty row changes nothing: masked out is the same as filtered out.
+    dropped = aggregate(EMPTY_ROW_LOSS[:1], EMPTY_ROW_MASK[:1], aggregation, Normalizer.of(EMPTY_ROW_MASK[:1], max_len=4))
+    assert float(dropped) == pytest.approx(expected)
 
 
 def test_unknown_aggregation_names_the_choices():

@@ -5,6 +5,7 @@ import glob
 import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -100,6 +101,18 @@ def test_accumulation_invariance(aggregation):
     accumulated = _grads(module, tensors, micro=1)
     assert full.abs().sum() > 0
     assert torch.allclose(full, accumulated, atol=1e-6, rtol=1e-4)
+
+
+def test_the_module_normaliser_counts_sequences_like_normalizer_of():
+    """One rule for rows without loss tokens: the module's global normaliser equals Normalizer.of.
+
+    Rows (L = 4): 4 tokens, none (a masked truncated completion), 2 tokens, none.
+    Tokens 4 + 2 = 6; sequences with a loss token: 2; L_max = max_new_tokens = 8.
+    """
+    mask = torch.tensor([[1.0, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
+    fake = SimpleNamespace(device="cpu", trainer=SimpleNamespace(world_size=1), rollout_settings=SimpleNamespace(max_new_tokens=8))
+    module_norm = GRPOModule._global_normalizer(fake, SimpleNamespace(completion_mask=mask))
+    assert module_norm == Normalizer.of(mask, max_len=8) == Normalizer(num_tokens=6.0, num_sequences=2.0, max_len=8.0)
 
 
 @pytest.mark.parametrize("lora", [False, True])
