@@ -32,12 +32,19 @@ __all__ = ["PODS", "max_variance_subset", "max_variance_subsets", "RULES"]
 
 RULES = ("max_variance", "random", "max_reward")
 
+TIE_RTOL = 1e-9
+"""Candidate subsets whose variances differ by at most this × spread² tie (spread = the
+group's max − min reward): far above float64 noise on centred rewards (~1e-16 · spread²)."""
+
 
 def max_variance_subsets(rewards: torch.Tensor, m: int) -> torch.Tensor:
     """[K, m] column indices of the max-variance m-subset of each row of ``rewards`` [K, n].
 
     For each row: sort ascending; subset(k) = the k highest and the m − k lowest; its sum
     and sum of squares come from prefix sums, so every k costs O(1) and a row O(n log n).
+    Shift-invariant: each row is centred on its minimum in float64 before the scan (so the
+    prefix sums cancel at the scale of the row's spread, not of its magnitude), and two k
+    tie when their variances differ by at most ``TIE_RTOL`` · spread² (spread = max − min).
     Ties between k are broken toward the smallest k (fewest of the highest rewards).
     Returned indices are sorted ascending within each row.
     """
@@ -47,6 +54,7 @@ def max_variance_subsets(rewards: torch.Tensor, m: int) -> torch.Tensor:
     if m == n:
         return torch.arange(n).expand(k_rows, n).clone()
     values, perm = torch.sort(rewards.double(), dim=1, stable=True)  # [K, n] ascending
+    values = values - values[:, :1]  # [K, n] centred on the row minimum: in [0, spread]
     zero = torch.zeros(k_rows, 1, dtype=torch.float64)
     cs = torch.cat([zero, values.cumsum(1)], dim=1)  # [K, n+1] prefix sums
     cs2 = torch.cat([zero, (values * values).cumsum(1)], dim=1)  # [K, n+1] prefix sums of squares
@@ -56,10 +64,10 @@ def max_variance_subsets(rewards: torch.Tensor, m: int) -> torch.Tensor:
     s = cs[:, low_end] + cs[:, n : n + 1] - cs[:, high_start]  # [K, m+1] subset sums
     q = cs2[:, low_end] + cs2[:, n : n + 1] - cs2[:, high_start]  # [K, m+1] subset sums of squares
     var = q / m - (s / m) ** 2  # [K, m+1] population variance of each candidate
-    # Round away float noise so that equal variances tie exactly (then argmax takes the first k).
-    scale = values.abs().amax(1, keepdim=True).clamp(min=1.0) ** 2  # [K, 1]
-    var = torch.round(var / scale * 1e9)
-    best_k = torch.argmax(var, dim=1)  # [K] first maximum
+    # Candidates within float noise of the best tie; argmax over the bool mask takes the first k.
+    tol = TIE_RTOL * values[:, -1:] ** 2  # [K, 1] relative to the row's spread²
+    near_best = var >= var.amax(1, keepdim=True) - tol  # [K, m+1]
+    best_k = torch.argmax(near_best.to(torch.uint8), dim=1)  # [K] first near-best k
     pos = torch.arange(m).unsqueeze(0)  # [1, m]
     low = (m - best_k).unsqueeze(1)  # [K, 1]
     sorted_pos = torch.where(pos < low, pos, pos + (n - m))  # [K, m] sorted positions kept

@@ -65,6 +65,43 @@ def test_equals_brute_force_up_to_n12(kind):
                 assert r[idx.numpy()].var() == pytest.approx(brute_force_best_variance(r, m), abs=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_shifted_rewards_keep_the_max_variance_subset(dtype):
+    # Rewards [100, 100.001, 100.002, 100.003], m = 2. Pairs and their population variances
+    # ((a − b) / 2)²: {0, 3} 0.0015² = 2.25e-6; {0, 2}, {1, 3} 1e-6; {0, 1}, {1, 2}, {2, 3} 2.5e-7.
+    # Best: indices [0, 3]. (Rounding variances to 1e-9 · max(|r|, 1)² = 1e-5 made every
+    # candidate 0 and kept the first, {0, 1} at 2.5e-7.)
+    r = torch.tensor([100.0, 100.001, 100.002, 100.003], dtype=dtype)
+    idx = max_variance_subset(r, 2)
+    assert idx.tolist() == [0, 3]
+    r64 = r.double().numpy()
+    assert r64[idx.numpy()].var() == pytest.approx(brute_force_best_variance(r64, 2), rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "binary", "three_levels"])
+def test_shift_and_scale_invariant_against_brute_force(kind):
+    # r' = c + s · r: the chosen subset has the brute-force best variance (relative to s²) for
+    # every offset c and scale s, and it is the same subset as for r itself (ties included:
+    # with binary / three-level rewards and exact offsets the tie-break must not move).
+    rng = np.random.default_rng(1)
+    for n in range(3, 11):
+        for m in range(2, n):
+            if kind == "uniform":
+                r = rng.random(n)
+            elif kind == "binary":
+                r = rng.integers(0, 2, n).astype(float)
+            else:
+                r = rng.choice([0.0, 0.5, 1.0], n)
+            base = max_variance_subset(torch.tensor(r), m).tolist()
+            for c, s in [(100.0, 1.0), (1e4, 1.0), (-1e6, 1.0), (100.0, 1e-3), (0.0, 1e-4), (1e4, 1e-2)]:
+                shifted = c + s * r
+                idx = max_variance_subset(torch.tensor(shifted), m)
+                best = brute_force_best_variance(shifted, m)
+                assert shifted[idx.numpy()].var() == pytest.approx(best, rel=1e-6, abs=1e-300), (kind, n, m, c, s)
+                if kind != "uniform" or s == 1.0:
+                    assert idx.tolist() == base, (kind, n, m, c, s)
+
+
 def test_binary_keeps_half_correct_half_wrong_when_available():
     # 10 correct, 6 wrong, m = 8: best is 4 + 4 (variance 0.25).
     r = torch.tensor([1.0] * 10 + [0.0] * 6)
