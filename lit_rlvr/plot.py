@@ -17,8 +17,6 @@ from typing import Iterable, Optional, Union
 Row = dict[str, float]
 PathLike = Union[str, Path]
 
-TRAIN_KEY = "rollouts/generated"
-"""A column every training-step row has (and no validation row)."""
 _VERSION = re.compile(r"^version_(\d+)$")
 
 
@@ -76,13 +74,14 @@ def load_run(run: PathLike, upto: Optional[PathLike] = None) -> list[Row]:
 def heldout(rows: list[Row]) -> list[tuple[int, Row, bool]]:
     """Held-out evaluations as ``(steps done, {val/...: value}, before training)``.
 
-    The evaluation before training is the one logged ahead of the first training row;
-    any other is logged at the index of the last step run, so it is ``step + 1`` steps in.
+    The evaluation before training is one logged ahead of the first training row (a row with
+    any metric besides ``val/*``, ``step`` and ``epoch``); any other is logged at the index of
+    the last step run, so it is ``step + 1`` steps in.
     """
     out, trained = [], False
     for r in rows:
-        trained = trained or TRAIN_KEY in r
         val = {k: v for k, v in r.items() if k.startswith("val/")}
+        trained = trained or len(r) > len(val) + ("step" in r) + ("epoch" in r)
         if val:
             out.append((0 if not trained else int(r["step"]) + 1, val, not trained))
     return out
