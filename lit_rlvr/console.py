@@ -23,8 +23,6 @@ from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE, 
 from lightning.pytorch.utilities.model_summary.model_summary import _format_summary_table
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-log = logging.getLogger(__name__)
-
 _DROPPED_INFO = re.compile(
     r"💡 Tip: For seamless cloud (logging|uploads)"
     r"|The following callbacks returned in `LightningModule.configure_callbacks` will override"
@@ -55,7 +53,7 @@ def show_lit_rlvr_logs() -> None:
     propagate there instead of being printed twice.
     """
     logger = logging.getLogger("lit_rlvr")
-    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+    if logger.level == logging.NOTSET:  # a level set by the user stays
         logger.setLevel(logging.INFO)
     if logging.getLogger().hasHandlers() or any(getattr(h, "_lit_rlvr", False) for h in logger.handlers):
         return

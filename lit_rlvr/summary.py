@@ -102,10 +102,11 @@ class RunSummary(pl.Callback):
             where = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else logger.log_dir
             if where:
                 out.append(f"  {'metrics' if i == 0 else '':<21} {_show(where)} ({type(logger).__name__})")
-        checkpoints = [p for cb in trainer.checkpoint_callbacks for p in [getattr(cb, "last_model_path", "") or cb.best_model_path] if p]
+        saved = [getattr(cb, "last_model_path", "") or getattr(cb, "best_model_path", "") for cb in trainer.checkpoint_callbacks]
+        saved = [p for p in saved if p]
         out.append(
-            f"  checkpoint            {_show(checkpoints[-1])} (resume: --ckpt_path {_show(checkpoints[-1])})"
-            if checkpoints
+            f"  checkpoint            {_show(saved[-1])} (resume: --ckpt_path {_show(saved[-1])})"
+            if saved
             else "  checkpoint            none (set model.checkpoint_every_n_steps)"
         )
         export_dir = getattr(pl_module, "export_dir", None)
