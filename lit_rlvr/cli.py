@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional
+from typing import Any, Optional
 
+from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningCLI
 
+from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.module import GRPOModule
+from lit_rlvr.summary import RunSummary
 
 
 class LitRLVRCLI(LightningCLI):
@@ -37,9 +40,20 @@ class LitRLVRCLI(LightningCLI):
                     "run a CPU config (configs/quickstart.yaml) or set --trainer.accelerator=cpu"
                 )
 
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The config's callbacks, then lit-rlvr's console callbacks and the end-of-fit summary
+        (here, not in trainer.callbacks, so method configs that own that list keep them)."""
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        callbacks = config.get("callbacks") or []
+        callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+        kwargs["callbacks"] = callbacks + console_callbacks(config, callbacks) + [RunSummary()]
+        return super().instantiate_trainer(**kwargs)
+
 
 def main(args: Optional[list[str]] = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    show_lit_rlvr_logs()
+    quiet_lightning()
     # GRPOModule checkpoints after its optimizer steps on purpose (the state a resumed run continues from).
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     LitRLVRCLI(

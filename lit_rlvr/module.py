@@ -499,7 +499,7 @@ class GRPOModule(pl.LightningModule):
 
     def on_train_start(self) -> None:
         """With evaluation.before_training, log held-out accuracy at step 0 (Lightning's sanity check logs nothing)."""
-        if not self.eval_settings.before_training or self.steps_done > 0:
+        if not self.eval_settings.before_training or self.steps_done > 0 or self.trainer.limit_val_batches == 0:
             return
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None:

@@ -10,7 +10,9 @@ Three kinds of ``PolicyConfig.name_or_path``:
   temporary folder and renamed into place, so concurrent processes (DDP ranks) never see half of it.
 - ``"tiny"``: a small random Llama built in code, for tests. It uses the SmolLM2 tokenizer (a real
   vocabulary and chat template), ``vocab_size == len(tokenizer)``, and a head_dim of at least 32
-  so vLLM can load it too. Initialised from ``PolicyConfig.seed``.
+  so vLLM can load it too. Initialised from ``PolicyConfig.seed``. It needs the tokenizer only:
+  taken from the SmolLM2 cache when that exists, else read from the GGUF's metadata (a few
+  seconds, no weights dequantized) and cached alone under ``smollm2-135m-instruct-tokenizer``.
 - anything else: a Hugging Face hub id or a local folder, passed to ``from_pretrained``.
 
 Tokenizers pad on the left (batched generation) and always have a pad token (EOS if none).
@@ -152,6 +154,43 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
+def smollm2_tokenizer_dir() -> Path:
+    """Folder holding SmolLM2's tokenizer alone (what the ``tiny`` policy needs)."""
+    return cache_root() / f"{SMOLLM2_NAME}-tokenizer"
+
+
+def _publish(tmp: Path, final: Path, complete: Any) -> None:
+    """Rename a fully written ``tmp`` folder to ``final``; losing the race to another process is fine."""
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not complete(final):  # not a lost race: a real error
+            raise
+        log.info("lit-rlvr: another process published %s first; using it", final)
+
+
+def ensure_smollm2_tokenizer() -> Path:
+    """A folder with SmolLM2's tokenizer, without dequantizing the model (about 20 s) when no cache has it."""
+    from transformers import AutoTokenizer
+
+    if _cache_complete(smollm2_cache_dir()):
+        return smollm2_cache_dir()
+    final = smollm2_tokenizer_dir()
+    if (final / "tokenizer_config.json").is_file():
+        return final
+    gguf = smollm2_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        save_tokenizer(tokenizer, tmp)
+        _publish(tmp, final, lambda path: (path / "tokenizer_config.json").is_file())
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
 def _cache_complete(path: Path) -> bool:
     return (path / "config.json").is_file() and (path / "model.safetensors").is_file() and (
         path / "tokenizer_config.json"
@@ -210,12 +249,7 @@ def ensure_smollm2_cache(cache_dir: str | os.PathLike | None = None, verify: boo
             if not torch.equal(got, expected):
                 diff = (got - expected).abs().max().item()
                 raise RuntimeError(f"SmolLM2 cache differs from the GGUF model (max |Δlogit| = {diff:g})")
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not _cache_complete(final):  # not a lost race: a real error
-                raise
-            log.info("lit-rlvr: another process published %s first; using it", final)
+        _publish(tmp, final, _cache_complete)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -251,9 +285,11 @@ def load_tokenizer(cfg: PolicyConfig) -> Any:
     """The policy's tokenizer, padding on the left, with a pad token (EOS if it had none)."""
     from transformers import AutoTokenizer
 
-    if cfg.name_or_path in (SMOLLM2_NAME, TINY_NAME):
-        source: str | Path = ensure_smollm2_cache()
-        kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}
+    if cfg.name_or_path == TINY_NAME:
+        source: str | Path = ensure_smollm2_tokenizer()
+    elif cfg.name_or_path == SMOLLM2_NAME:
+        source = ensure_smollm2_cache()
     else:
         source, kwargs = cfg.name_or_path, {"trust_remote_code": cfg.trust_remote_code}
     return _prepare_tokenizer(AutoTokenizer.from_pretrained(source, **kwargs))

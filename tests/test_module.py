@@ -183,6 +183,9 @@ def test_resume_continues_where_the_run_stopped(tmp_path):
     assert len(b) == 4
     for key in ["reward/mean", "tokens/generated", "cumulative/rollouts_generated", "train/loss"]:
         assert [float(r[key]) for r in a] == pytest.approx([float(r[key]) for r in b], rel=1e-4, abs=1e-6), key
+    (path,) = glob.glob(os.path.join(straight, "csv", "version_*", "metrics.csv"))
+    with open(path) as f:  # limit_val_batches=0 skips the evaluation before training too (it logged NaN)
+        assert not any(r.get("val/pass@1") for r in csv.DictReader(f))
 
 
 def test_num_iterations_and_kl_run_against_old_and_reference_logprobs(tmp_path):

@@ -1,8 +1,9 @@
 """Policy loading: the tiny test model, LoRA, export/reload, and the SmolLM2 safetensors cache.
 
-The first test to need the SmolLM2 tokenizer builds the cache once (about 20 s, from the
+The first test to need the SmolLM2 model builds the cache once (about 20 s, from the
 packaged GGUF, checking that the cached model's logits equal the GGUF model's before publishing
-it); every later load is a plain ``from_pretrained`` of the cache. The slow test rebuilds it
+it); every later load is a plain ``from_pretrained`` of the cache. The tiny model needs only the
+tokenizer, which is read from the GGUF's metadata when no cache has it. The slow test rebuilds it
 into a temporary folder (``pytest -m slow tests/test_policy.py``).
 """
 
@@ -209,3 +210,18 @@ def test_cache_location_follows_env(monkeypatch, tmp_path):
     assert policy_mod.smollm2_cache_dir() == Path(tmp_path) / "smollm2-135m-instruct"
     monkeypatch.delenv("LIT_RLVR_CACHE")
     assert policy_mod.smollm2_cache_dir() == Path("~/.cache/lit_rlvr/smollm2-135m-instruct").expanduser()
+
+
+def test_tiny_policy_never_dequantizes_smollm2(monkeypatch, tmp_path):
+    """With an empty cache, "tiny" reads the tokenizer from the GGUF (seconds) and builds no model cache (20 s)."""
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("the tiny policy must not dequantize SmolLM2")
+
+    monkeypatch.setenv("LIT_RLVR_CACHE", str(tmp_path))
+    monkeypatch.setattr(policy_mod, "ensure_smollm2_cache", no_conversion)
+    model, tok = load_policy(TINY)
+    assert model.config.vocab_size == len(tok) == 49152
+    assert not policy_mod.smollm2_cache_dir().exists()
+    assert (policy_mod.smollm2_tokenizer_dir() / "tokenizer_config.json").is_file()
+    assert load_tokenizer(TINY).get_vocab() == tok.get_vocab()  # the second load comes from that folder

@@ -1,0 +1,123 @@
+"""A run's metrics across its CSVLogger versions, and its reward/accuracy plot.
+
+A fit resumed with ``--ckpt_path`` logs into a new ``version_N`` that continues the step
+count, so one run's rows are spread over ``csv/version_*/metrics.csv``. ``load_run`` merges
+them in version-number order (``version_4`` before ``version_20``): for a step that a later
+version logged again, that version's rows replace the earlier ones; the result is in step
+order. ``scripts/plot_run.py`` and the end-of-fit summary (``lit_rlvr.summary``) share this.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+from typing import Iterable, Optional, Union
+
+Row = dict[str, float]
+PathLike = Union[str, Path]
+
+_VERSION = re.compile(r"^version_(\d+)$")
+
+
+def version_number(path: PathLike) -> int:
+    """N of the ``version_N`` folder holding ``path`` (a metrics.csv), or of ``path`` itself."""
+    for part in reversed(Path(path).parts):
+        m = _VERSION.match(part)
+        if m:
+            return int(m.group(1))
+    raise ValueError(f"{path} is not inside a version_N folder")
+
+
+def metrics_files(run: PathLike) -> list[Path]:
+    """``version_*/metrics.csv`` of one run, in version-number order.
+
+    ``run`` is the folder holding ``version_*`` (a CSVLogger's ``save_dir/name``) or a run
+    directory with one such folder below it (``runs/tiny`` for ``runs/tiny/csv``).
+    """
+    root = Path(run)
+    paths = [p for p in root.glob("version_*/metrics.csv") if _VERSION.match(p.parent.name)]
+    if not paths:
+        paths = [p for p in root.rglob("version_*/metrics.csv") if _VERSION.match(p.parent.name)]
+        folders = sorted({str(p.parent.parent) for p in paths})
+        if len(folders) > 1:
+            raise ValueError(f"{run} holds several runs ({', '.join(folders)}): name one of them")
+    if not paths:
+        raise FileNotFoundError(f"no version_*/metrics.csv under {run}")
+    return sorted(paths, key=version_number)
+
+
+def read_metrics(path: PathLike) -> list[Row]:
+    """One metrics.csv as rows of floats, blank cells left out, in file order."""
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in r.items() if k and v not in ("", None)} for r in csv.DictReader(f)]
+
+
+def merge_versions(versions: Iterable[list[Row]]) -> list[Row]:
+    """Rows of consecutive versions as one run: a later version's rows replace earlier rows of the same
+    steps; step order, file order within a step."""
+    merged: list[Row] = []
+    for rows in versions:
+        steps = {r["step"] for r in rows if "step" in r}
+        merged = [r for r in merged if r.get("step") not in steps] + [r for r in rows if "step" in r]
+    return sorted(merged, key=lambda r: r["step"])  # stable: file order kept within a step
+
+
+def load_run(run: PathLike, upto: Optional[PathLike] = None) -> list[Row]:
+    """Every row of ``run`` across its versions (``upto``: only versions up to that metrics.csv's)."""
+    paths = metrics_files(run)
+    if upto is not None:
+        paths = [p for p in paths if version_number(p) <= version_number(upto)]
+    return merge_versions(read_metrics(p) for p in paths)
+
+
+def heldout(rows: list[Row]) -> list[tuple[int, Row, bool]]:
+    """Held-out evaluations as ``(steps done, {val/...: value}, before training)``.
+
+    The evaluation before training is one logged ahead of the first training row (a row with
+    any metric besides ``val/*``, ``step`` and ``epoch``); any other is logged at the index of
+    the last step run, so it is ``step + 1`` steps in.
+    """
+    out, trained = [], False
+    for r in rows:
+        val = {k: v for k, v in r.items() if k.startswith("val/")}
+        trained = trained or len(r) > len(val) + ("step" in r) + ("epoch" in r)
+        if val:
+            out.append((0 if not trained else int(r["step"]) + 1, val, not trained))
+    return out
+
+
+def plot_run(rows: list[Row], out: PathLike, smooth: int = 5, title: Optional[str] = None) -> Path:
+    """Training accuracy (per step and its moving average) and held-out accuracy over steps, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [r for r in rows if "reward/mean" in r]
+    steps = [int(r["step"]) + 1 for r in train]
+    reward = [r.get("reward/accuracy", r["reward/mean"]) for r in train]
+    w = max(1, smooth)
+    moving = [sum(reward[max(0, i - w + 1) : i + 1]) / len(reward[max(0, i - w + 1) : i + 1]) for i in range(len(reward))]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, reward, color="tab:blue", alpha=0.3, label="training accuracy (sampled rollouts)")
+    ax.plot(steps, moving, color="tab:blue", label=f"same, {w}-step moving average")
+    evals = heldout(rows)
+    keys = sorted({k for _, val, _ in evals for k in val}, key=lambda k: (k != "val/pass@1", k))
+    colors = ["tab:green", "tab:orange", "tab:red", "tab:purple"]
+    for key, color in zip(keys, colors):
+        points = [(s, val[key]) for s, val, _ in evals if key in val]
+        ax.plot([s for s, _ in points], [v for _, v in points], "o", markersize=8, color=color, label=f"held-out {key[4:]}")
+    ax.set_xlabel("training steps done")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

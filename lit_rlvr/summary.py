@@ -1,0 +1,119 @@
+"""The end of a fit: the run's reward/accuracy plot, and a short summary of what it did and where it is.
+
+``RunSummary`` (added by ``lit-rlvr fit`` beside any ``trainer.callbacks``) runs on global rank 0
+once the fit has finished, after the module's ``on_fit_end`` has exported the policy. It writes
+``reward.png`` beside ``metrics.csv`` (a resumed run plotted whole, ``lit_rlvr.plot``) and prints:
+
+- held-out accuracy (every ``val/*`` metric) before training and at the last evaluation;
+- rollouts generated and in the gradient (the cumulative counters, ``lit_rlvr.accounting``);
+- where the metrics, the checkpoint (``last.ckpt``), the exported policy and the plot are.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import lightning.pytorch as pl
+from lightning.pytorch.loggers import CSVLogger
+
+from lit_rlvr.plot import heldout, load_run, plot_run, read_metrics
+
+log = logging.getLogger(__name__)
+
+PLOT_NAME = "reward.png"
+
+
+def _show(path: Any) -> str:
+    """``path`` relative to the working directory when it lies below it, else absolute."""
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+class RunSummary(pl.Callback):
+    """Writes the run's plot and prints its summary at the end of fit (rank 0).
+
+    Args:
+        plot: write ``reward.png`` beside the CSVLogger's ``metrics.csv``.
+    """
+
+    def __init__(self, plot: bool = True) -> None:
+        self.plot = plot
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # teardown, not on_fit_end: it runs after the module's on_fit_end (the export), and only
+        # when the fit finished (an exception or Ctrl-C skips it).
+        if stage != "fit" or not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            logger.save()  # the CSVLogger buffers rows (flush_logs_every_n_steps)
+        csv_logger = next((lg for lg in trainer.loggers if isinstance(lg, CSVLogger)), None)
+        metrics_csv = Path(csv_logger.log_dir) / "metrics.csv" if csv_logger else None
+        rows = self._rows(trainer, metrics_csv)
+        plot = None
+        if self.plot and rows:
+            try:
+                plot = plot_run(rows, metrics_csv.parent / PLOT_NAME, title=_show(metrics_csv.parent))
+            except Exception as e:  # a plot must never fail a finished run
+                log.warning("lit-rlvr: could not write the reward plot: %s", e)
+        print("\n".join(self.lines(trainer, pl_module, rows, plot)), flush=True)
+
+    @staticmethod
+    def _rows(trainer: pl.Trainer, metrics_csv: Optional[Path]) -> list[dict[str, float]]:
+        """This run's metrics: its own version, or with a resumed fit every version up to it."""
+        if metrics_csv is None or not metrics_csv.is_file():
+            return []
+        if trainer.ckpt_path:
+            return load_run(metrics_csv.parent.parent, upto=metrics_csv)
+        return read_metrics(metrics_csv)
+
+    @staticmethod
+    def lines(
+        trainer: pl.Trainer, pl_module: pl.LightningModule, rows: list[dict[str, float]], plot: Optional[Path]
+    ) -> list[str]:
+        steps = int(getattr(pl_module, "steps_done", trainer.global_step))
+        out = [f"lit-rlvr: fit finished after {steps} training steps"]
+        evals = heldout(rows)
+        before = next((val for _, val, first in evals if first), {})
+        after_step, after = next(((s, val) for s, val, first in reversed(evals) if not first), (None, {}))
+        if not rows:  # no CSVLogger: the last evaluation is still in callback_metrics
+            after = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        keys = sorted(set(before) | set(after), key=lambda k: (k != "val/pass@1", k))
+        if keys:
+            out.append(f"  held-out accuracy     before   {f'after {after_step} steps' if after_step is not None else 'after'}")
+            for k in keys:
+                b, a = (f"{d[k]:.3f}" if k in d else "  -  " for d in (before, after))
+                out.append(f"    {k:<19} {b:>6}   {a:>6}")
+        else:
+            out.append("  held-out accuracy     not measured (no validation ran: see trainer.limit_val_batches)")
+        totals = getattr(pl_module, "totals", None)
+        if totals is not None:
+            share = f" ({totals.rollouts_in_gradient / totals.rollouts_generated:.0%})" if totals.rollouts_generated else ""
+            out.append(
+                f"  rollouts              {totals.rollouts_generated} generated, "
+                f"{totals.rollouts_in_gradient} in the gradient{share}, {totals.tokens_generated} tokens"
+            )
+            if totals.reward_errors or totals.reward_timeouts:
+                out.append(f"  reward failures       {totals.reward_errors} errors, {totals.reward_timeouts} timeouts (scored 0)")
+        for i, logger in enumerate(trainer.loggers):
+            where = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else logger.log_dir
+            if where:
+                out.append(f"  {'metrics' if i == 0 else '':<21} {_show(where)} ({type(logger).__name__})")
+        saved = [getattr(cb, "last_model_path", "") or getattr(cb, "best_model_path", "") for cb in trainer.checkpoint_callbacks]
+        saved = [p for p in saved if p]
+        out.append(
+            f"  checkpoint            {_show(saved[-1])} (resume: --ckpt_path {_show(saved[-1])})"
+            if saved
+            else "  checkpoint            none (set model.checkpoint_every_n_steps)"
+        )
+        export_dir = getattr(pl_module, "export_dir", None)
+        out.append(
+            f"  exported policy       {_show(export_dir)} (AutoModelForCausalLM.from_pretrained)"
+            if export_dir
+            else "  exported policy       none (set model.export_dir)"
+        )
+        out.append(f"  plot                  {_show(plot) if plot else 'none' if rows else 'none (needs a CSVLogger)'}")
+        return out
