@@ -30,6 +30,7 @@ from lit_rlvr.callbacks.base import (
     SelectionCallback,
     TokenWeighter,
 )
+from lit_rlvr.data.lengths import check_prompt_lengths
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
 from lit_rlvr.losses import AGGREGATIONS, Normalizer, aggregate, clipped_surrogate, k3_kl, overlong_penalty
@@ -231,6 +232,8 @@ class GRPOModule(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         self.configure_model()
+        datamodule, r = getattr(self._trainer, "datamodule", None), self.rollout_settings  # prompts fit the context
+        check_prompt_lengths(datamodule, self.tokenizer, self.policy, r.max_new_tokens, self.eval_settings.max_new_tokens, stage == "fit")
         if self._reference:
             self._reference[0].to(self.device)
 
