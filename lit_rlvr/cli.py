@@ -6,18 +6,22 @@
 Configs are parsed in omegaconf mode, so they can interpolate
 (``${model.rollout.num_generations}``). Selection methods are listed under
 ``trainer.callbacks`` by class path, in the order they run. Unknown keys fail
-at start-up, naming the key.
+at start-up, naming the key; so do values a class rejects, an unbounded fit and
+two method configs that both bring a rollout allocator (``lit_rlvr.config_checks``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from lit_rlvr.config_checks import check_run_is_bounded, init_error_message, method_config_notices
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.module import GRPOModule
@@ -27,18 +31,29 @@ from lit_rlvr.summary import RunSummary
 class LitRLVRCLI(LightningCLI):
     """LightningCLI with lit-rlvr's defaults and start-up checks."""
 
-    def before_instantiate_classes(self) -> None:
-        config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
-        trainer = config.get("trainer", {})
-        accelerator = str(trainer.get("accelerator", "auto"))
-        if accelerator in ("gpu", "cuda"):
-            import torch
+    def _subconfig(self) -> Any:
+        return self.config.get(self.subcommand, self.config) if self.subcommand else self.config
 
-            if not torch.cuda.is_available():
-                raise SystemExit(
-                    f"trainer.accelerator={accelerator!r} but this machine has no CUDA GPU: "
-                    "run a CPU config (configs/quickstart.yaml) or set --trainer.accelerator=cpu"
-                )
+    def before_instantiate_classes(self) -> None:
+        config = self._subconfig()
+        trainer = config.get("trainer", {})
+        _fail_if(_missing_gpu(str(trainer.get("accelerator", "auto"))))
+        if self.subcommand == "fit":
+            _fail_if(check_run_is_bounded(trainer))
+        notices, error = method_config_notices(config.get("config") or [])
+        _fail_if(error)
+        for notice in notices:
+            _notice(notice)
+
+    def instantiate_classes(self) -> None:
+        """Build the classes; a class that rejects its config fails naming its config key and its own message."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as e:
+            message = init_error_message(e, self._subconfig().as_dict())
+            if message is None:
+                raise
+            raise SystemExit(message) from e
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The config's callbacks, then lit-rlvr's console callbacks and the end-of-fit summary
@@ -48,6 +63,29 @@ class LitRLVRCLI(LightningCLI):
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         kwargs["callbacks"] = callbacks + console_callbacks(config, callbacks) + [RunSummary()]
         return super().instantiate_trainer(**kwargs)
+
+
+def _missing_gpu(accelerator: str) -> Optional[str]:
+    if accelerator not in ("gpu", "cuda"):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (
+        f"trainer.accelerator={accelerator!r} but this machine has no CUDA GPU: "
+        "run a CPU config (configs/quickstart.yaml) or set --trainer.accelerator=cpu"
+    )
+
+
+@rank_zero_only
+def _notice(text: str) -> None:
+    print(f"lit-rlvr: note: {text}", file=sys.stderr)
+
+
+def _fail_if(message: Optional[str]) -> None:
+    if message:
+        raise SystemExit(message)
 
 
 def main(args: Optional[list[str]] = None) -> None:

@@ -30,6 +30,7 @@ from lit_rlvr.callbacks.base import (
     SelectionCallback,
     TokenWeighter,
 )
+from lit_rlvr.data.lengths import check_prompt_lengths
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
 from lit_rlvr.losses import AGGREGATIONS, Normalizer, aggregate, clipped_surrogate, k3_kl, loss_sequences, overlong_penalty
@@ -64,12 +65,21 @@ class RolloutSettings:
     """DAPO soft overlong punishment buffer L_buf in tokens (0 disables it)."""
 
     def __post_init__(self) -> None:
-        if self.num_generations < 1:
-            raise ValueError(f"model.rollout.num_generations must be >= 1, got {self.num_generations}")
+        if self.num_generations < 2:
+            raise ValueError(
+                f"model.rollout.num_generations={self.num_generations}: a group of one rollout has advantage "
+                "r − mean(r) = 0, so no step would learn, and no allocator lifts this (VIGOR's groups average G, "
+                "SARA needs G > probe_size): set model.rollout.num_generations >= 2 (8 is usual)"
+            )
         if self.temperature <= 0:
             raise ValueError("model.rollout.temperature must be > 0 for rollouts (greedy groups have no variance)")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"model.rollout.max_new_tokens={self.max_new_tokens}: completions need at least 1 token; set it >= 1")
         if not 0 <= self.overlong_buffer < self.max_new_tokens:
-            raise ValueError("model.rollout.overlong_buffer must be in [0, max_new_tokens)")
+            raise ValueError(
+                f"model.rollout.overlong_buffer={self.overlong_buffer} must be in [0, model.rollout.max_new_tokens="
+                f"{self.max_new_tokens}): lower it (0 disables the overlong penalty)"
+            )
 
 
 @dataclass
@@ -132,6 +142,10 @@ class EvalSettings:
     """Completion cap for validation (default: the rollout cap)."""
     before_training: bool = False
     """Also measure held-out accuracy once before the first step (logged at step 0)."""
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(f"model.evaluation.max_new_tokens={self.max_new_tokens}: set it >= 1, or null for the rollout cap")
 
 
 class GRPOModule(pl.LightningModule):
@@ -231,6 +245,8 @@ class GRPOModule(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         self.configure_model()
+        datamodule, r = getattr(self._trainer, "datamodule", None), self.rollout_settings  # prompts fit the context
+        check_prompt_lengths(datamodule, self.tokenizer, self.policy, r.max_new_tokens, self.eval_settings.max_new_tokens, stage == "fit")
         if self._reference:
             self._reference[0].to(self.device)
 

@@ -87,3 +87,87 @@ def test_gpu_config_without_a_gpu_fails_at_start_up(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(GPU[0])])
     assert "no CUDA GPU" in str(exit_info.value)
+
+
+# ------------------------------------------------ start-up errors name the flag and the fix
+def _start_up_error(capsys, *args: str) -> str:
+    """Run `fit` on tiny.yaml with `args`; it must exit non-zero before training. The error text."""
+    with pytest.raises((SystemExit, ValueError)) as exc:
+        main(["fit", "--config", str(BASES[0]), "--trainer.logger=false", *args])
+    assert not (isinstance(exc.value, SystemExit) and exc.value.code in (0, None))
+    return str(exc.value) + capsys.readouterr().err
+
+
+def _yaml(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_zero_max_new_tokens_blames_max_new_tokens(capsys):
+    # before: "model.rollout.overlong_buffer must be in [0, max_new_tokens)"
+    text = _start_up_error(capsys, "--model.rollout.max_new_tokens=0")
+    assert "model.rollout.max_new_tokens=0" in text and ">= 1" in text and "overlong_buffer" not in text
+
+
+def test_callback_init_error_names_the_key_and_the_callbacks_message(capsys, tmp_path):
+    # before: jsonargparse's "Does not validate against any of the Union subtypes"
+    pods = _yaml(tmp_path, "pods0.yaml", "trainer:\n  callbacks:\n    - class_path: lit_rlvr.callbacks.PODS\n"
+                 "      init_args: {num_keep: 0}\n")
+    text = _start_up_error(capsys, "--config", pods)
+    assert "trainer.callbacks[0] (lit_rlvr.callbacks.PODS): PODS.num_keep must be >= 2" in text
+    assert "Union subtypes" not in text
+
+
+def test_any_class_path_init_error_is_unwrapped(capsys):
+    """The same unwrapping for every class_path: here the data source's."""
+    text = _start_up_error(capsys, "--data.source.init_args.tasks=no_such_task")
+    assert "data.source (lit_rlvr.data.ReasoningGymSource): ReasoningGymSource: unknown task 'no_such_task'" in text
+
+
+def test_one_generation_per_prompt_is_rejected(capsys):
+    # before: ran with zero advantage on every step, silently
+    text = _start_up_error(capsys, "--model.rollout.num_generations=1")
+    assert "model.rollout.num_generations=1" in text and "set model.rollout.num_generations >= 2" in text
+
+
+def test_unbounded_fit_is_rejected_at_start_up(capsys):
+    # before: max_steps -1 on the infinite training stream ran forever
+    text = _start_up_error(capsys, "--trainer.max_steps=-1")
+    assert "trainer.max_steps=-1" in text and "infinite" in text and "--trainer.max_steps=N" in text
+
+
+def test_two_allocator_method_configs_fail_naming_both_files(capsys):
+    # before: the later --config replaced trainer.callbacks, so only SARA ran, silently
+    vigor, sara = (str(ROOT / "configs" / "methods" / f"{m}.yaml") for m in ("vigor", "sara"))
+    text = _start_up_error(capsys, "--config", vigor, "--config", sara)
+    assert f"{vigor} and {sara} both set trainer.callbacks with a rollout allocator (VIGOR and SARA)" in text
+
+
+def test_a_method_config_replacing_another_says_so(capsys):
+    from lit_rlvr.cli import LitRLVRCLI
+    from lit_rlvr.data import PromptDataModule
+    from lit_rlvr.module import GRPOModule
+
+    greso, pods = (str(ROOT / "configs" / "methods" / f"{m}.yaml") for m in ("greso", "pods"))
+    LitRLVRCLI(GRPOModule, PromptDataModule, run=False, parser_kwargs={"parser_mode": "omegaconf"},
+               args=["--config", str(BASES[0]), "--config", greso, "--config", pods, "--trainer.logger=false"])
+    err = capsys.readouterr().err
+    assert f"{pods} replaces trainer.callbacks set by {greso}: GRESO, DynamicSampling will not run, PODS will" in err
+
+
+@pytest.mark.parametrize(
+    "trainer, bounded",
+    [
+        ({"max_steps": -1}, False),
+        ({"max_steps": None, "max_epochs": 3}, False),  # an epoch of the infinite stream never ends
+        ({"max_steps": 0}, True),
+        ({"max_steps": -1, "max_time": "00:01:00:00"}, True),
+        ({"max_steps": -1, "limit_train_batches": 10, "max_epochs": 2}, True),
+        ({"max_steps": -1, "limit_train_batches": 10, "max_epochs": -1}, False),
+    ],
+)
+def test_what_bounds_a_fit(trainer, bounded):
+    from lit_rlvr.config_checks import check_run_is_bounded
+
+    assert (check_run_is_bounded(trainer) is None) == bounded

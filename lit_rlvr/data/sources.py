@@ -24,6 +24,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from lit_rlvr.data.files import Row, is_json_file, read_json_rows, read_text
+
 __all__ = [
     "VAL_ID_OFFSET",
     "SPLITS",
@@ -53,13 +55,16 @@ class PromptRecord:
     """Reference answer the reward compares against."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Extras for the reward (a reasoning-gym entry's metadata, a dataset row); holds "question"."""
+    origin: str = ""
+    """Where the row came from, for error messages: ``"file 'x.jsonl', line 7"`` (1-based)."""
 
 
 class PromptSource(abc.ABC):
     """A fixed train/validation pair of prompt lists with stable ids.
 
     Subclasses implement ``_load_splits`` and return raw ``(question, answer,
-    metadata)`` triples for both splits; this base class removes train rows whose
+    metadata)`` triples for both splits, optionally with a fourth element, the
+    row's origin (``PromptRecord.origin``); this base class removes train rows whose
     question is in validation, assigns ids (see the module docstring) and caches
     the result, so ``load`` is cheap after the first call.
     """
@@ -70,8 +75,8 @@ class PromptSource(abc.ABC):
         """Train rows dropped because their question is in the validation split (set by ``load``)."""
 
     @abc.abstractmethod
-    def _load_splits(self) -> tuple[list[tuple[str, str, dict]], list[tuple[str, str, dict]]]:
-        """Return ``(train, validation)`` lists of ``(question, answer, metadata)``."""
+    def _load_splits(self) -> tuple[list[tuple], list[tuple]]:
+        """Return ``(train, validation)`` lists of ``(question, answer, metadata[, origin])``."""
 
     def load(self, split: str) -> list[PromptRecord]:
         """The records of ``split`` ("train" or "validation"), ids assigned."""
@@ -83,7 +88,7 @@ class PromptSource(abc.ABC):
 
     def _build(self) -> dict[str, list[PromptRecord]]:
         train_raw, val_raw = self._load_splits()
-        val_questions = {q for q, _, _ in val_raw}
+        val_questions = {row[0] for row in val_raw}
         kept = [row for row in train_raw if row[0] not in val_questions]
         self.dropped_overlap = len(train_raw) - len(kept)
         if not kept:
@@ -92,8 +97,8 @@ class PromptSource(abc.ABC):
             raise ValueError(
                 f"{self!r}: {len(kept)} train prompts do not fit below the validation id offset {VAL_ID_OFFSET}"
             )
-        train = [PromptRecord(i, q, a, m) for i, (q, a, m) in enumerate(kept)]
-        val = [PromptRecord(VAL_ID_OFFSET + i, q, a, m) for i, (q, a, m) in enumerate(val_raw)]
+        train = [PromptRecord(i, *row) for i, row in enumerate(kept)]
+        val = [PromptRecord(VAL_ID_OFFSET + i, *row) for i, row in enumerate(val_raw)]
         return {"train": train, "validation": val}
 
 
@@ -184,17 +189,17 @@ class ReasoningGymSource(PromptSource):
     def _load_splits(self):
         import reasoning_gym
 
-        train: list[tuple[str, str, dict]] = []
-        val: list[tuple[str, str, dict]] = []
+        train: list[tuple[str, str, dict, str]] = []
+        val: list[tuple[str, str, dict, str]] = []
         for task in self.tasks:
             cap = self.val_size + 2 * self.train_size  # entries scanned at most
             ds = reasoning_gym.create_dataset(task, size=cap, seed=self.seed, **self._per_task[task])
-            task_val = [self._triple(ds[i]) for i in range(self.val_size)]
-            val_q = {q for q, _, _ in task_val}
+            task_val = [self._row(ds[i], task, i) for i in range(self.val_size)]
+            val_q = {row[0] for row in task_val}
             task_train = []
             i = self.val_size
             while len(task_train) < self.train_size and i < cap:
-                row = self._triple(ds[i])
+                row = self._row(ds[i], task, i)
                 if row[0] not in val_q:
                     task_train.append(row)
                 i += 1
@@ -209,11 +214,11 @@ class ReasoningGymSource(PromptSource):
             val.extend(task_val)
         return train, val
 
-    @staticmethod
-    def _triple(entry: dict[str, Any]) -> tuple[str, str, dict]:
+    def _row(self, entry: dict[str, Any], task: str, index: int) -> tuple[str, str, dict, str]:
         meta = dict(entry.get("metadata") or {})
         meta["question"] = entry["question"]
-        return entry["question"], str(entry["answer"]), meta
+        origin = f"reasoning-gym task {task!r} (seed {self.seed}), source_index {index}"
+        return entry["question"], str(entry["answer"]), meta, origin
 
 
 class HFDatasetSource(PromptSource):
@@ -221,9 +226,11 @@ class HFDatasetSource(PromptSource):
 
     Every row must have a non-empty prompt and answer: a row missing either (key
     absent, None or empty) raises a ``ValueError`` naming the dataset or file, the
-    split, the row number (0-based, in the split's stored order) and the field, as
-    does an ``answer_regex`` that does not match — bad data fails at setup, not
-    as a silent zero reward mid-run. Metadata is the full row plus "question"
+    row (1-based: the line of a ``.jsonl`` file, else the row in stored order) and
+    the field, as does an ``answer_regex`` that does not match — bad data fails at
+    setup, not as a silent zero reward mid-run. Local JSON files are read by
+    ``lit_rlvr.data.files``, so an empty file, a byte that is not UTF-8 or a line
+    that is not JSON also fails naming the file and line. Metadata is the full row plus "question"
     (and "raw_answer" when ``answer_regex`` rewrote the answer).
 
     Args:
@@ -295,16 +302,28 @@ class HFDatasetSource(PromptSource):
         return p is not None and os.path.isfile(p) and os.path.splitext(p)[1].lower() in _LOCAL_BUILDERS
 
     @staticmethod
-    def _load_local(p: str):
+    def _local_rows(p: str) -> list[Row]:
+        """Rows of one local file: JSON read here (exact lines), csv text checked here, then ``datasets``."""
+        if is_json_file(p):
+            return read_json_rows(p)
         import datasets
 
-        builder = _LOCAL_BUILDERS[os.path.splitext(p)[1].lower()]
-        return datasets.load_dataset(builder, data_files={"train": p}, split="train")
+        if p.lower().endswith(".csv"):
+            read_text(p)  # empty or not UTF-8: name the file and line before pandas does not
+        ds = datasets.load_dataset(_LOCAL_BUILDERS[os.path.splitext(p)[1].lower()], data_files={"train": p}, split="train")
+        return [(f"file {p!r}, row {i}", dict(row)) for i, row in enumerate(ds, start=1)]
 
-    def _load_split(self, split: str, label: str):
-        """One split as a ``datasets.Dataset``; ``label`` names it in errors."""
-        import datasets
+    def _json_data_files(self, split: str) -> Optional[list[str]]:
+        """The local JSON files of ``split`` when ``path`` is the "json" builder over local files, else None."""
+        files = self.data_files
+        if self.path != "json" or files is None:
+            return None
+        files = files.get(split) if isinstance(files, dict) else (files if split == "train" else None)
+        files = [files] if isinstance(files, str) else list(files or [])
+        return files if files and all(is_json_file(f) for f in files) else None
 
+    def _load_split(self, split: str, label: str) -> list[Row]:
+        """The rows of one split, each with its location; ``label`` names the split's flag in errors."""
         if self._is_local_file(self.path):
             if split != "train":
                 raise ValueError(
@@ -312,50 +331,66 @@ class HFDatasetSource(PromptSource):
                     f"('train'); set `val_split` to a second file, or `val_split: null` with `val_size` "
                     f"to carve validation from it"
                 )
-            return self._load_local(self.path)
+            return self._local_rows(self.path)
+        local = self._json_data_files(split)
+        if local is not None:
+            return [row for f in local for row in read_json_rows(f)]
+        import datasets
+
         kwargs: dict[str, Any] = {}
         if self.data_files is not None:
             kwargs["data_files"] = self.data_files
         try:
-            return datasets.load_dataset(self.path, self.name, split=split, **kwargs)
+            ds = datasets.load_dataset(self.path, self.name, split=split, **kwargs)
         except ValueError as e:
             raise ValueError(f"HFDatasetSource: {label}: cannot load split {split!r} of {self.path!r}: {e}") from e
+        where = f"{self._where()}, split {split!r}"
+        return [(f"{where}, row {i}", dict(row)) for i, row in enumerate(ds, start=1)]
 
-    def _rows(self, ds, where: str, split: str) -> list[tuple[str, str, dict]]:
-        cols = set(ds.column_names)
+    def _rows(self, rows: list[Row], where: str, limit: Optional[int] = None) -> list[tuple[str, str, dict, str]]:
+        """Checked ``(question, answer, metadata, origin)`` of the first ``limit`` rows (all: None).
+
+        A bad row raises naming its location; so does a split without rows.
+        """
+        if not rows:
+            raise ValueError(f"{where} has no rows; give it at least one (fields {self.prompt_field!r} and "
+                             f"{self.answer_field!r})")
+        cols = {k for _, row in rows for k in row}
         for fld, flag in ((self.prompt_field, "prompt_field"), (self.answer_field, "answer_field")):
             if fld not in cols:
                 raise ValueError(
-                    f"{where}, split {split!r}: no column {fld!r} (`{flag}`); columns are {sorted(cols)}"
+                    f"{where}: no column {fld!r} (`{flag}`); columns are {sorted(cols)}: set "
+                    f"data.source.init_args.{flag} to the column that holds it"
                 )
-        out = []
-        for i, row in enumerate(ds):
-            q = row.get(self.prompt_field)
-            a = row.get(self.answer_field)
-            for val, fld in ((q, self.prompt_field), (a, self.answer_field)):
-                if val is None or (isinstance(val, str) and not val.strip()):
-                    what = "missing" if val is None else "empty"
-                    raise ValueError(f"{where}, split {split!r}, row {i} (0-based): field {fld!r} is {what}")
-            q = str(q)
-            a = str(a)
-            meta = dict(row)
-            meta["question"] = q
-            if self._regex is not None:
-                m = self._regex.search(a)
-                if m is None:
-                    raise ValueError(
-                        f"{where}, split {split!r}, row {i} (0-based): field {self.answer_field!r} does not match "
-                        f"`answer_regex` {self.answer_regex!r}: {a[-80:]!r}"
-                    )
-                meta["raw_answer"] = a
-                a = (m.group(1) if m.groups() else m.group(0)).strip()
-                if not a:
-                    raise ValueError(
-                        f"{where}, split {split!r}, row {i} (0-based): `answer_regex` {self.answer_regex!r} "
-                        f"extracted an empty answer from field {self.answer_field!r}"
-                    )
-            out.append((q, a, meta))
-        return out
+        return [self._row(row, loc) for loc, row in rows[:limit]]
+
+    def _row(self, row: dict[str, Any], loc: str) -> tuple[str, str, dict, str]:
+        q = row.get(self.prompt_field)
+        a = row.get(self.answer_field)
+        for val, fld in ((q, self.prompt_field), (a, self.answer_field)):
+            if val is None or (isinstance(val, str) and not val.strip()):
+                what = "missing" if val is None else "empty"
+                raise ValueError(f"{loc}: field {fld!r} is {what}; every row needs a question and an answer: "
+                                 f"fill it in or remove the row")
+        q = str(q)
+        a = str(a)
+        meta = dict(row)
+        meta["question"] = q
+        if self._regex is not None:
+            m = self._regex.search(a)
+            if m is None:
+                raise ValueError(
+                    f"{loc}: field {self.answer_field!r} does not match `answer_regex` {self.answer_regex!r}: "
+                    f"{a[-80:]!r}"
+                )
+            meta["raw_answer"] = a
+            a = (m.group(1) if m.groups() else m.group(0)).strip()
+            if not a:
+                raise ValueError(
+                    f"{loc}: `answer_regex` {self.answer_regex!r} extracted an empty answer from field "
+                    f"{self.answer_field!r}"
+                )
+        return q, a, meta, loc
 
     def _where(self) -> str:
         if self._is_local_file(self.path):
@@ -366,8 +401,8 @@ class HFDatasetSource(PromptSource):
 
     def _load_splits(self):
         where = self._where()
-        train_ds = self._load_split(self.train_split, f"train_split={self.train_split!r}")
-        train = self._rows(train_ds, where, self.train_split)
+        train = self._rows(self._load_split(self.train_split, f"train_split={self.train_split!r}"),
+                           f"{where}, split {self.train_split!r}")
         if self.val_split is None:
             import torch
 
@@ -384,15 +419,8 @@ class HFDatasetSource(PromptSource):
             train = [r for i, r in enumerate(train) if i not in val_set]
             return train, val
         if self._is_local_file(self.val_split):
-            val_ds = self._load_local(self.val_split)
-            val_where = f"file {self.val_split!r}"
-            val_split_name = "validation"
+            val_rows, val_where = self._local_rows(self.val_split), f"file {self.val_split!r}"
         else:
-            val_ds = self._load_split(self.val_split, f"val_split={self.val_split!r}")
-            val_where = where
-            val_split_name = self.val_split
-        if self.val_size is not None:
-            val_ds = val_ds.select(range(min(self.val_size, len(val_ds))))
-        val = self._rows(val_ds, val_where, val_split_name)
-        return train, val
-
+            val_rows = self._load_split(self.val_split, f"val_split={self.val_split!r}")
+            val_where = f"{where}, split {self.val_split!r}"
+        return train, self._rows(val_rows, val_where, limit=self.val_size)

@@ -82,19 +82,19 @@ def _write_jsonl(path, rows):
 
 def test_local_jsonl_missing_answer_names_file_row_and_field(tmp_path):
     rows = [{"question": f"q{i}", "answer": str(i)} for i in range(6)]
-    del rows[3]["answer"]  # row 3 has no answer key at all
+    del rows[3]["answer"]  # the 4th row (line 4) has no answer key at all
     p = _write_jsonl(tmp_path / "bad.jsonl", rows)
     src = HFDatasetSource(p, val_split=None, val_size=1)
     with pytest.raises(ValueError) as e:
         src.load("train")
     msg = str(e.value)
-    assert "bad.jsonl" in msg and "row 3" in msg and "'answer'" in msg and "'train'" in msg
+    assert "bad.jsonl', line 4: field 'answer' is missing" in msg
 
 
 def test_local_jsonl_empty_prompt_rejected(tmp_path):
     rows = [{"question": "q0", "answer": "0"}, {"question": "  ", "answer": "1"}]
     p = _write_jsonl(tmp_path / "empty.jsonl", rows)
-    with pytest.raises(ValueError, match=r"empty.jsonl.*row 1 \(0-based\): field 'question' is empty"):
+    with pytest.raises(ValueError, match=r"empty.jsonl', line 2: field 'question' is empty"):
         HFDatasetSource(p, val_split=None, val_size=1).load("train")
 
 
@@ -119,7 +119,7 @@ def test_answer_regex_extracts_gsm8k_final_answer(tmp_path):
 
 def test_answer_regex_no_match_names_row(tmp_path):
     p = _write_jsonl(tmp_path / "g.jsonl", [GSM8K_ROW, GSM8K_ROW, {"question": "x", "answer": "no marker"}])
-    with pytest.raises(ValueError, match=r"g.jsonl.*row 2.*does not match"):
+    with pytest.raises(ValueError, match=r"g.jsonl', line 3: field 'answer' does not match"):
         HFDatasetSource(p, val_split=None, val_size=1, answer_regex=r"#### (.*)$").load("train")
 
 
@@ -161,3 +161,72 @@ def test_builder_with_data_files(tmp_path):
     src = HFDatasetSource("json", data_files={"train": train, "test": test})
     assert [r.question for r in src.load("train")] == ["q0", "q1"]
     assert [r.question for r in src.load("validation")] == ["q9"]
+
+
+# ------------------------------------------------- bad files: each error names the file and the line
+def _bad_file(tmp_path, name, data: bytes):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def _load_error(path, **kw) -> str:
+    with pytest.raises(ValueError) as e:
+        HFDatasetSource(path, val_split=None, val_size=1, **kw).load("train")
+    return str(e.value)
+
+
+@pytest.mark.parametrize("data", [b"", b"\n  \n"], ids=["zero-bytes", "blank-lines"])
+def test_empty_jsonl_names_the_file(tmp_path, data):
+    # before: a bare StopIteration from datasets' json builder
+    msg = _load_error(_bad_file(tmp_path, "empty.jsonl", data))
+    assert "empty.jsonl" in msg and "empty" in msg
+
+
+def test_non_utf8_byte_names_file_line_and_fix(tmp_path):
+    # before: UnicodeDecodeError with no file or row
+    good = b'{"question": "q", "answer": "1"}\n'
+    msg = _load_error(_bad_file(tmp_path, "latin.jsonl", good * 2 + b'{"question": "caf\xe9", "answer": "2"}\n'))
+    assert "latin.jsonl" in msg and "line 3" in msg and "UTF-8" in msg
+
+
+def test_non_json_line_names_file_and_line(tmp_path):
+    # before: datasets.exceptions.DatasetGenerationError, the line ~100 lines up the traceback
+    lines = [json.dumps({"question": f"q{i}", "answer": str(i)}) for i in range(300)]
+    lines[150] = '{"question": "oops", answer: 3}'
+    msg = _load_error(_bad_file(tmp_path, "d.jsonl", ("\n".join(lines) + "\n").encode()))
+    assert "d.jsonl" in msg and "line 151" in msg and "not JSON" in msg
+
+
+def test_jsonl_row_that_is_not_an_object_names_the_line(tmp_path):
+    msg = _load_error(_bad_file(tmp_path, "d.jsonl", b'{"question": "q", "answer": "1"}\n[1, 2]\n'))
+    assert "d.jsonl" in msg and "line 2" in msg and "object" in msg
+
+
+def test_missing_field_counts_lines_1_based_with_blank_lines(tmp_path):
+    data = b'{"question": "q0", "answer": "0"}\n\n{"question": "q1"}\n'
+    msg = _load_error(_bad_file(tmp_path, "d.jsonl", data))
+    assert "d.jsonl', line 3: field 'answer' is missing" in msg
+
+
+def test_json_list_file_names_row_and_bad_document_names_line(tmp_path):
+    rows = json.dumps([{"question": "q0", "answer": "0"}, {"question": "", "answer": "1"}], indent=1).encode()
+    assert "d.json', row 2: field 'question' is empty" in _load_error(_bad_file(tmp_path, "d.json", rows))
+    broken = _bad_file(tmp_path, "e.json", b'[\n{"question": "q0", "answer": "0"},\n{"question": }\n]\n')
+    msg = _load_error(broken)
+    assert "e.json" in msg and "line 3" in msg
+
+
+def test_csv_empty_and_non_utf8_name_the_file(tmp_path):
+    assert "a.csv" in _load_error(_bad_file(tmp_path, "a.csv", b""))
+    msg = _load_error(_bad_file(tmp_path, "b.csv", b"question,answer\nq0,0\nq\xff,1\n"))
+    assert "b.csv" in msg and "line 3" in msg and "UTF-8" in msg
+
+
+def test_bad_val_file_and_data_files_are_named(tmp_path):
+    train = _write_jsonl(tmp_path / "train.jsonl", [{"question": f"q{i}", "answer": str(i)} for i in range(3)])
+    val = _bad_file(tmp_path, "val.jsonl", b'{"question": "v", "answer": "1"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"val.jsonl', line 2"):
+        HFDatasetSource(train, val_split=val).load("train")
+    with pytest.raises(ValueError, match=r"val.jsonl', line 2"):
+        HFDatasetSource("json", data_files={"train": train, "test": val}).load("train")

@@ -1,0 +1,152 @@
+"""Start-up checks of a parsed ``lit-rlvr`` config; each failure names the flag and the fix.
+
+Used by ``LitRLVRCLI`` (``lit_rlvr/cli.py``):
+
+- ``init_error_message``: a class's ``__init__`` that rejects its arguments ends,
+  through jsonargparse, on "Does not validate against any of the Union subtypes";
+  this digs out the innermost error and names the config key that built the class;
+- ``check_run_is_bounded``: the training stream is infinite, so ``max_steps: -1``
+  would run forever;
+- ``method_config_notices``: a later ``--config`` that sets ``trainer.callbacks``
+  replaces the list set by an earlier one (lists are not merged); say which file
+  replaced which, and fail when both brought a rollout allocator.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import types
+from typing import Any, Iterator, Optional, Sequence
+
+import yaml
+
+__all__ = ["check_run_is_bounded", "init_error_message", "method_config_notices"]
+
+
+# --------------------------------------------------------------------------- init errors
+def init_error_message(error: BaseException, config: dict[str, Any]) -> Optional[str]:
+    """The innermost ValueError/TypeError behind ``error``, prefixed by the config key of the class that raised it.
+
+    None when the innermost error is of another kind (a bug, not a bad value): let it propagate.
+    """
+    inner = _innermost(error)
+    if not isinstance(inner, (ValueError, TypeError)):
+        return None
+    cls = _raising_class(inner.__traceback__)
+    found = [(key, path) for key, path in _class_paths(config) if cls is not None and _resolve(path) is cls]
+    if not found:
+        return f"invalid configuration: {inner}"
+    return f"invalid configuration: {' or '.join(key for key, _ in found)} ({found[0][1]}): {inner}"
+
+
+def _innermost(error: BaseException) -> BaseException:
+    seen = {id(error)}
+    while True:
+        nxt = error.__cause__ or error.__context__
+        if nxt is None or id(nxt) in seen:
+            return error
+        seen.add(id(nxt))
+        error = nxt
+
+
+def _raising_class(tb: Optional[types.TracebackType]) -> Optional[type]:
+    """The class whose ``__init__``/``__post_init__`` is the innermost such frame of ``tb``."""
+    cls = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name in ("__init__", "__post_init__") and "self" in frame.f_locals:
+            cls = type(frame.f_locals["self"])
+        tb = tb.tb_next
+    return cls
+
+
+def _class_paths(node: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """``(config key, class_path)`` of every ``class_path`` entry, e.g. ``("trainer.callbacks[0]", "...PODS")``."""
+    if isinstance(node, dict):
+        if isinstance(node.get("class_path"), str):
+            yield key, node["class_path"]
+        for k, v in node.items():
+            yield from _class_paths(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            yield from _class_paths(v, f"{key}[{i}]")
+
+
+def _resolve(class_path: str) -> Any:
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- max_steps
+def check_run_is_bounded(trainer: dict[str, Any]) -> Optional[str]:
+    """An error message when nothing in ``trainer`` ends a fit on the infinite training stream, else None."""
+    max_steps = trainer.get("max_steps")
+    limit = trainer.get("limit_train_batches")
+    epochs_end = isinstance(limit, int) and not isinstance(limit, bool) and trainer.get("max_epochs") != -1
+    if (max_steps is not None and max_steps >= 0) or trainer.get("max_time") or epochs_end:
+        return None
+    return (
+        f"trainer.max_steps={max_steps}: the training stream is infinite (a fresh pool of prompts every step), "
+        "so this fit would never end. Set --trainer.max_steps=N (e.g. 200), or trainer.max_time, or an integer "
+        "trainer.limit_train_batches with trainer.max_epochs"
+    )
+
+
+# --------------------------------------------------------------------------- method configs
+def method_config_notices(config_files: Sequence[Any]) -> tuple[list[str], Optional[str]]:
+    """``(notices, error)`` for ``--config`` files whose ``trainer.callbacks`` replace an earlier file's.
+
+    A notice says which file replaced which callbacks; the error, when both lists
+    hold a rollout allocator (a run has at most one), names both files.
+    """
+    notices: list[str] = []
+    owner: Optional[tuple[str, list[str]]] = None
+    for path in config_files:
+        callbacks = _callbacks_of(path)
+        if callbacks is None:
+            continue
+        if owner is not None and owner[1] != callbacks:
+            earlier, before = owner
+            both = _allocators(before), _allocators(callbacks)
+            if all(both):
+                return notices, (
+                    f"{earlier} and {path} both set trainer.callbacks with a rollout allocator ({_names(both[0])} "
+                    f"and {_names(both[1])}); a later --config replaces the earlier list, so only "
+                    f"{_names(callbacks)} would run, and a run has at most one allocator. Pass one of the two "
+                    f"method configs, or write one config whose trainer.callbacks lists every callback to compose "
+                    f"(like configs/methods/vigor_pods.yaml)"
+                )
+            notices.append(
+                f"{path} replaces trainer.callbacks set by {earlier}: {_names(before)} will not run, "
+                f"{_names(callbacks)} will. To compose methods, list them all under trainer.callbacks of one "
+                f"config (like configs/methods/greso_pods.yaml)"
+            )
+        owner = (str(path), callbacks)
+    return notices, None
+
+
+def _callbacks_of(path: Any) -> Optional[list[str]]:
+    """The class paths under ``trainer.callbacks`` of one config file; None if it sets none."""
+    try:
+        with open(getattr(path, "absolute", None) or os.fspath(path)) as f:
+            doc = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError, TypeError):
+        return None
+    trainer = doc.get("trainer") if isinstance(doc, dict) else None
+    if not isinstance(trainer, dict) or "callbacks" not in trainer:
+        return None
+    return [path for _, path in _class_paths(trainer["callbacks"])]
+
+
+def _allocators(class_paths: list[str]) -> list[str]:
+    from lit_rlvr.callbacks.base import RolloutAllocator
+
+    return [p for p in class_paths if isinstance(_resolve(p), type) and issubclass(_resolve(p), RolloutAllocator)]
+
+
+def _names(class_paths: list[str]) -> str:
+    return ", ".join(p.rpartition(".")[2] for p in class_paths) or "no callbacks"
