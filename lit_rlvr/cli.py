@@ -3,8 +3,10 @@
     lit-rlvr fit --config configs/quickstart.yaml
     lit-rlvr fit --config configs/tiny.yaml --config configs/methods/greso.yaml
 
-Configs are parsed in omegaconf mode, so they can interpolate
-(``${model.rollout.num_generations}``). Selection methods are listed under
+Configs are parsed in omegaconf+ mode: interpolations (``${model.rollout.num_generations}``,
+absolute from the top of the config) are resolved once every config file and flag is
+read, so ``--trainer.default_root_dir X`` moves the loggers' ``save_dir``, the checkpoints
+under it and ``export_dir``, which the configs derive from ``${trainer.default_root_dir}``. Selection methods are listed under
 ``trainer.callbacks`` by class path, in the order they run. Unknown keys fail
 at start-up, naming the key.
 """
@@ -15,6 +17,7 @@ import os
 import warnings
 from typing import Optional
 
+from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningCLI
 
 from lit_rlvr.data import PromptDataModule
@@ -40,12 +43,14 @@ class LitRLVRCLI(LightningCLI):
 
 def main(args: Optional[list[str]] = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # "omegaconf+" resolves after all configs and flags; configs' absolute paths resolve under the subcommand
+    set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
     # GRPOModule checkpoints after its optimizer steps on purpose (the state a resumed run continues from).
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     LitRLVRCLI(
         GRPOModule,
         PromptDataModule,
-        parser_kwargs={"parser_mode": "omegaconf"},
+        parser_kwargs={"parser_mode": "omegaconf+"},
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
         args=args,
