@@ -97,7 +97,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise _invalid(path, f"{type(e).__name__}: {reason}") from None
         if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
             raise _invalid(path, "it holds no state_dict")
-        self.last_good = (os.fspath(path), int(checkpoint.get("global_step", -1)))
+        where = first_nonfinite(checkpoint)
+        if where is None:
+            self.last_good = (os.fspath(path), int(checkpoint.get("global_step", -1)))
+        else:  # loaded all the same: the non-finite guard skips the steps it spoils and stops the run
+            log.warning("%s: %s holds non-finite values; expect non-finite steps, and resume from an earlier checkpoint", path, where)
         return checkpoint
 
     def _last_good_text(self) -> str:
@@ -107,7 +111,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def describe(last_good: Optional[tuple[str, int]]) -> str:
     """'last good checkpoint: <path> (step N)', or that there is none."""
     if last_good is None:
-        return "no checkpoint of this run was written or loaded before"
+        return "no finite checkpoint was written or loaded in this run"
     return f"last good checkpoint: {last_good[0]} (step {last_good[1]})"
 
 

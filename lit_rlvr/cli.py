@@ -20,12 +20,26 @@ from typing import Optional
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningCLI
 
+from lit_rlvr.checkpointing import AtomicCheckpointIO, InvalidCheckpointError
 from lit_rlvr.data import PromptDataModule
 from lit_rlvr.module import GRPOModule
 
 
 class LitRLVRCLI(LightningCLI):
     """LightningCLI with lit-rlvr's defaults and start-up checks."""
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI reads --ckpt_path here (for hyperparameters) with a bare torch.load; when that fails,
+        say which file is broken and what to do instead of torch's EOFError or its weights_only=False advice."""
+        try:
+            super()._parse_ckpt_path()
+        except Exception:
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            try:
+                AtomicCheckpointIO().load_checkpoint(path)
+            except InvalidCheckpointError as e:
+                raise e from None  # the message names the file; torch's traceback would only mislead
+            raise
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config

@@ -57,3 +57,14 @@ def mixed_difficulty_reward(completion: str, answer: str, metadata: dict) -> flo
     if kind == 1:
         return 0.0
     return float(len(completion) % 2 == 0)
+
+
+class SignalAtStep(_pl.Callback):
+    """Sends this process ``signum`` (default SIGTERM) as training step ``step`` starts: a preemption mid-step."""
+
+    def __init__(self, step: int = 3, signum: int = 15) -> None:
+        self.step, self.signum = step, signum
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if int(pl_module.steps_done) == self.step:
+            _os.kill(_os.getpid(), self.signum)
