@@ -95,8 +95,8 @@ class StopOnSignal(pl.Callback):
             return None
         path = os.path.join(cb.dirpath, cb.CHECKPOINT_NAME_LAST + cb.FILE_EXTENSION)
         # ModelCheckpoint runs after this callback and will save last.ckpt itself on a step of its schedule.
-        every = getattr(cb, "_every_n_train_steps", 0)
-        if cb.save_last and every > 0 and trainer.global_step % every == 0 and cb._last_global_step_saved != trainer.global_step:
+        every, saved = getattr(cb, "_every_n_train_steps", 0), getattr(cb, "_last_global_step_saved", None)
+        if cb.save_last and every > 0 and trainer.global_step % every == 0 and saved != trainer.global_step:
             return path
         trainer.save_checkpoint(path)
         return path

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from lit_rlvr.cli import main
-from tests.test_module import PARITY, TINY, _fit, _metrics, _tiny_module
+from tests.test_module import TINY, _fit, _metrics, _tiny_module
 
 
 @pytest.fixture
