@@ -43,3 +43,16 @@ def test_ctrl_c_mid_fit_saves_after_the_step_and_exits_130(tmp_path):
     assert done.returncode == 128 + signal.SIGINT, done.stderr[-3000:]
     (ckpt,) = glob.glob(str(tmp_path / "run" / "**" / "last.ckpt"), recursive=True)
     assert torch.load(ckpt, weights_only=True)["global_step"] == 1  # the tiny config checkpoints every 2 steps
+
+
+@pytest.mark.slow
+def test_sigterm_on_one_ddp_rank_stops_both_after_the_step(tmp_path):
+    """2 processes (gloo): rank 1 alone gets SIGTERM; both ranks finish the step, rank 0 saves, the run exits 143."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--trainer.strategy=ddp", "--trainer.devices=2",
+           "--trainer.max_steps=6", "--trainer.limit_val_batches=0", *PARITY, "--trainer.callbacks+=tests.helpers.SignalAtStep",
+           "--trainer.callbacks.step=2", "--trainer.callbacks.rank=1"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
+    (ckpt,) = glob.glob(str(tmp_path / "**" / "last.ckpt"), recursive=True)
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 3
