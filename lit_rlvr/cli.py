@@ -3,8 +3,10 @@
     lit-rlvr fit --config configs/quickstart.yaml
     lit-rlvr fit --config configs/tiny.yaml --config configs/methods/greso.yaml
 
-Configs are parsed in omegaconf mode, so they can interpolate
-(``${model.rollout.num_generations}``). Selection methods are listed under
+Configs are parsed in omegaconf+ mode: interpolations (``${model.rollout.num_generations}``,
+absolute from the top of the config) are resolved once every config file and flag is
+read, so ``--trainer.default_root_dir X`` moves the loggers' ``save_dir``, the checkpoints
+under it and ``export_dir``, which the configs derive from ``${trainer.default_root_dir}``. Selection methods are listed under
 ``trainer.callbacks`` by class path, in the order they run. Unknown keys fail
 at start-up, naming the key; so do values a class rejects, an unbounded fit and
 two method configs that both bring a rollout allocator (``lit_rlvr.config_checks``).
@@ -18,9 +20,11 @@ import warnings
 from typing import Any, Optional
 
 from lightning.pytorch import Trainer
+from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from lit_rlvr.checkpointing import AtomicCheckpointIO, InvalidCheckpointError
 from lit_rlvr.config_checks import check_run_is_bounded, init_error_message, method_config_notices
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.data import PromptDataModule
@@ -33,6 +37,19 @@ class LitRLVRCLI(LightningCLI):
 
     def _subconfig(self) -> Any:
         return self.config.get(self.subcommand, self.config) if self.subcommand else self.config
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI reads --ckpt_path here (for hyperparameters) with a bare torch.load; when that fails,
+        say which file is broken and what to do instead of torch's EOFError or its weights_only=False advice."""
+        try:
+            super()._parse_ckpt_path()
+        except Exception:
+            path = self.config[self.config.subcommand].get("ckpt_path")
+            try:
+                AtomicCheckpointIO().load_checkpoint(path)
+            except InvalidCheckpointError as e:
+                raise e from None  # the message names the file; torch's traceback would only mislead
+            raise
 
     def before_instantiate_classes(self) -> None:
         config = self._subconfig()
@@ -92,12 +109,14 @@ def main(args: Optional[list[str]] = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     show_lit_rlvr_logs()
     quiet_lightning()
+    # "omegaconf+" resolves after all configs and flags; configs' absolute paths resolve under the subcommand
+    set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
     # GRPOModule checkpoints after its optimizer steps on purpose (the state a resumed run continues from).
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     LitRLVRCLI(
         GRPOModule,
         PromptDataModule,
-        parser_kwargs={"parser_mode": "omegaconf"},
+        parser_kwargs={"parser_mode": "omegaconf+"},
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
         args=args,

@@ -30,11 +30,14 @@ from lit_rlvr.callbacks.base import (
     SelectionCallback,
     TokenWeighter,
 )
+from lit_rlvr.checkpointing import SafeCheckpoints
 from lit_rlvr.data.lengths import check_prompt_lengths
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
+from lit_rlvr.guards import NonFiniteGuard
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
 from lit_rlvr.losses import AGGREGATIONS, Normalizer, aggregate, clipped_surrogate, k3_kl, loss_sequences, overlong_penalty
 from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
+from lit_rlvr.preemption import StopOnSignal
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats, flatten, generate_for_eval
@@ -165,6 +168,8 @@ class GRPOModule(pl.LightningModule):
         checkpoint_every_n_steps: save a resumable checkpoint (and last.ckpt) every N training steps
             (None: only what trainer.callbacks configures). Kept here, not under trainer.callbacks,
             so method configs can own that list.
+        max_nonfinite_steps: stop with an error after this many optimizer steps in a row whose loss or
+            gradient was NaN or ±inf (each is skipped and counted in train/nonfinite_steps).
     """
 
     def __init__(
@@ -180,6 +185,7 @@ class GRPOModule(pl.LightningModule):
         export_dir: Optional[str] = None,
         export_merged: bool = False,
         checkpoint_every_n_steps: Optional[int] = 50,
+        max_nonfinite_steps: int = 3,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -205,6 +211,7 @@ class GRPOModule(pl.LightningModule):
         self.steps_done = 0
         """Training steps (pools consumed) so far: the data position, restored on resume."""
         self.totals = Totals()
+        self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
         self._default_allocator = FixedGroupAllocator()
         self.val_pass_at_1 = PassAtOne()
         self.val_mean_at_k = MeanAtK(max(evaluation.num_samples, 1))
@@ -262,11 +269,12 @@ class GRPOModule(pl.LightningModule):
             s.setup_selection(self.trainer, self, selectors)
 
     def configure_callbacks(self) -> list[pl.Callback]:
+        safety = [SafeCheckpoints(), StopOnSignal()]  # atomic, finite checkpoint files; save and stop on SIGTERM/Ctrl-C
         if not self.checkpoint_every_n_steps:
-            return []
+            return safety
         from lightning.pytorch.callbacks import ModelCheckpoint
 
-        return [ModelCheckpoint(every_n_train_steps=self.checkpoint_every_n_steps, save_last=True)]
+        return [ModelCheckpoint(every_n_train_steps=self.checkpoint_every_n_steps, save_last=True), *safety]
 
     def configure_optimizers(self) -> Any:
         o = self.optimizer_settings
@@ -354,7 +362,9 @@ class GRPOModule(pl.LightningModule):
         sched = self.lr_schedulers()
         totals = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0}
         micro = list(tensors.micro_batches(s.micro_batch_size))
+        self.nonfinite.begin_step()
         for _ in range(s.num_iterations):
+            iteration_loss = 0.0
             for i, mb in enumerate(micro):
                 sync = i == len(micro) - 1  # all-reduce gradients once, on the last micro-batch
                 with self._maybe_no_sync(sync):
@@ -362,6 +372,10 @@ class GRPOModule(pl.LightningModule):
                     self.manual_backward(loss * self.trainer.world_size)  # DDP averages; totals are global sums
                 for k, v in parts.items():
                     totals[k] += v
+                iteration_loss += parts["loss"]
+            if self.nonfinite.skip(self, iteration_loss, self.policy.parameters()):
+                opt.zero_grad(set_to_none=True)  # not stepped into the weights, nor counted toward max_steps
+                continue
             if self.optimizer_settings.max_grad_norm is not None:
                 self.clip_gradients(opt, gradient_clip_val=self.optimizer_settings.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
@@ -470,6 +484,7 @@ class GRPOModule(pl.LightningModule):
                 **{f"train/{k}": v for k, v in update.items()},
                 **{f"reward/{f.name}": mean_or_nan(batch.reward_components.get(f.name)) for f in self.scorer.functions},
                 **cumulative_metrics(self.totals),
+                **self.nonfinite.metrics(),
             }
         )
         for selector in self._selectors(SelectionCallback):
@@ -545,6 +560,7 @@ class GRPOModule(pl.LightningModule):
         checkpoint["lit_rlvr"] = {
             "steps_done": self.steps_done,
             "totals": self.totals.state_dict(),
+            "nonfinite": self.nonfinite.state_dict(),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "python": random.getstate(),
@@ -557,6 +573,7 @@ class GRPOModule(pl.LightningModule):
         state = checkpoint.get("lit_rlvr", {})
         self.steps_done = int(state.get("steps_done", 0))
         self.totals.load_state_dict(state.get("totals", {}))
+        self.nonfinite.load_state_dict(state.get("nonfinite", {}))
         rng = state.get("rng")
         if rng:
             torch.set_rng_state(rng["torch"])

@@ -57,3 +57,15 @@ def mixed_difficulty_reward(completion: str, answer: str, metadata: dict) -> flo
     if kind == 1:
         return 0.0
     return float(len(completion) % 2 == 0)
+
+
+class SignalAtStep(_pl.Callback):
+    """Sends this process ``signum`` (default SIGTERM) as training step ``step`` starts: a preemption mid-step
+    (on every rank, or only on ``rank``)."""
+
+    def __init__(self, step: int = 3, signum: int = 15, rank: int | None = None) -> None:
+        self.step, self.signum, self.rank = step, signum, rank
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if int(pl_module.steps_done) == self.step and self.rank in (None, trainer.global_rank):
+            _os.kill(_os.getpid(), self.signum)

@@ -171,3 +171,24 @@ def test_what_bounds_a_fit(trainer, bounded):
     from lit_rlvr.config_checks import check_run_is_bounded
 
     assert (check_run_is_bounded(trainer) is None) == bounded
+
+
+def test_default_root_dir_moves_logs_and_checkpoints(tmp_path):
+    main(["fit", "--config", str(BASES[0]), "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
+          "--trainer.default_root_dir", "elsewhere"])
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written and all(p.startswith("elsewhere/") for p in written), written
+    for path in ["elsewhere/csv/version_0/metrics.csv", "elsewhere/csv/version_0/checkpoints/last.ckpt"]:
+        assert path in written, (path, written)
+
+
+@pytest.mark.parametrize("config", [BASES[1], *GPU], ids=lambda p: p.name)
+def test_default_root_dir_moves_the_export_and_every_logger(capsys, config):
+    args = ["fit", "--config", str(config), "--trainer.default_root_dir", "X", "--print_config"]
+    with pytest.raises(SystemExit):
+        main(args)
+    import yaml
+
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert [lg["init_args"]["save_dir"] for lg in printed["trainer"]["logger"]] == ["X"] * len(printed["trainer"]["logger"])
+    assert printed["model"]["export_dir"] == "X/policy"

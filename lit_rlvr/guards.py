@@ -1,0 +1,81 @@
+"""Skip optimizer steps whose loss or gradient is not finite; stop after too many in a row.
+
+A NaN or ±inf loss or gradient (a corrupted optimizer state, a too-high learning
+rate, an overflow) would otherwise be stepped into the weights and saved over the
+last good checkpoint. :class:`NonFiniteGuard` is asked before each optimizer step:
+a non-finite step is skipped (no optimizer or scheduler step, so it does not count
+toward ``max_steps``) and counted; after ``limit`` skipped steps in a row it raises
+:class:`NonFiniteError`, naming the step and the last good checkpoint. Under DDP
+the flag is summed over ranks, so every rank skips or steps together.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Iterable
+
+import torch
+
+from lit_rlvr.checkpointing import last_good_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteError(RuntimeError):
+    """Too many optimizer steps in a row had a non-finite loss or gradient."""
+
+
+class NonFiniteGuard:
+    """Decides, the same on every rank, whether an optimizer step is skipped; keeps the counts."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"model.max_nonfinite_steps must be >= 1, got {limit}")
+        self.limit = limit
+        self.in_a_row = 0
+        """Skipped optimizer steps since the last good one."""
+        self.total = 0
+        """Skipped optimizer steps over the whole run (restored on resume)."""
+        self.this_step = 0
+        """Skipped optimizer steps in the current training step (num_iterations may be > 1)."""
+
+    def begin_step(self) -> None:
+        self.this_step = 0
+
+    def skip(self, module: Any, loss: float, parameters: Iterable[torch.nn.Parameter]) -> bool:
+        """True if this optimizer step must be skipped: the loss or a gradient is NaN or ±inf on any rank."""
+        grads = [p.grad for p in parameters if p.grad is not None]
+        grads = [g.to_local() if hasattr(g, "to_local") else g for g in grads]  # FSDP2: this rank's shards
+        finite = math.isfinite(loss) and (not grads or bool(torch.isfinite(torch.nn.utils.get_total_norm(grads))))
+        trainer = module.trainer
+        bad = torch.tensor([0.0 if finite else 1.0], device=module.device)
+        if trainer.world_size > 1:
+            bad = trainer.strategy.reduce(bad, reduce_op="sum")
+        if float(bad) == 0:
+            self.in_a_row = 0
+            return False
+        self.in_a_row += 1
+        self.total += 1
+        self.this_step += 1
+        step = module.steps_done + 1
+        if self.in_a_row >= self.limit:
+            raise NonFiniteError(
+                f"step {step}: {self.in_a_row} optimizer steps in a row had a non-finite loss or gradient "
+                f"(model.max_nonfinite_steps={self.limit}); stopping. The weights may already be non-finite "
+                f"(e.g. a corrupted optimizer state): {last_good_checkpoint(trainer)}. Resume from it or an earlier "
+                f"one, perhaps with a lower learning rate."
+            )
+        log.warning("step %d: non-finite loss or gradient, optimizer step skipped (%d in a row, %d in total)",
+                    step, self.in_a_row, self.total)
+        return True
+
+    def metrics(self) -> dict[str, float]:
+        return {"train/nonfinite_steps": float(self.this_step), "cumulative/nonfinite_steps": float(self.total)}
+
+    def state_dict(self) -> dict[str, int]:
+        return {"in_a_row": self.in_a_row, "total": self.total}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.in_a_row = int(state.get("in_a_row", 0))
+        self.total = int(state.get("total", 0))

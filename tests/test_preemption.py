@@ -1,0 +1,58 @@
+"""SIGTERM (a scheduler's preemption) and Ctrl-C mid-fit: save a resumable checkpoint after the step, exit non-zero."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.test_module import PARITY, ROOT, TINY, _fit, _metrics
+
+
+def _interrupted_fit(workdir, signum: int, at_step: int, steps: int) -> subprocess.CompletedProcess:
+    """``python -m lit_rlvr.cli fit`` on the tiny config that receives ``signum`` while step ``at_step`` runs."""
+    workdir.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, f"--trainer.max_steps={steps}",
+           "--trainer.limit_val_batches=0", *PARITY, "--trainer.callbacks+=tests.helpers.SignalAtStep",
+           f"--trainer.callbacks.step={at_step}", f"--trainer.callbacks.signum={signum}"]
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_sigterm_mid_fit_saves_a_checkpoint_that_resumes_with_identical_metrics(tmp_path):
+    straight = _fit(tmp_path, "straight", 6)
+    done = _interrupted_fit(tmp_path / "first", signal.SIGTERM, at_step=2, steps=6)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
+    first = str(tmp_path / "first" / "runs" / "tiny")
+    (ckpt,) = glob.glob(os.path.join(first, "**", "last.ckpt"), recursive=True)
+    # the signal came during the third step (steps_done 2): that step finished, was logged and saved
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 3
+    assert len(_metrics(first)) == 3
+    resumed = _fit(tmp_path, "resumed", 6, ckpt=ckpt)
+    a, b = _metrics(straight), _metrics(first) + _metrics(resumed)
+    assert len(b) == 6
+    for key in ["reward/mean", "tokens/generated", "cumulative/rollouts_generated", "train/loss"]:
+        assert [float(r[key]) for r in a] == pytest.approx([float(r[key]) for r in b], rel=1e-4, abs=1e-6), key
+
+
+def test_ctrl_c_mid_fit_saves_after_the_step_and_exits_130(tmp_path):
+    done = _interrupted_fit(tmp_path / "run", signal.SIGINT, at_step=0, steps=4)
+    assert done.returncode == 128 + signal.SIGINT, done.stderr[-3000:]
+    (ckpt,) = glob.glob(str(tmp_path / "run" / "**" / "last.ckpt"), recursive=True)
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 1  # the tiny config checkpoints every 2 steps
+
+
+@pytest.mark.slow
+def test_sigterm_on_one_ddp_rank_stops_both_after_the_step(tmp_path):
+    """2 processes (gloo): rank 1 alone gets SIGTERM; both ranks finish the step, rank 0 saves, the run exits 143."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--trainer.strategy=ddp", "--trainer.devices=2",
+           "--trainer.max_steps=6", "--trainer.limit_val_batches=0", *PARITY, "--trainer.callbacks+=tests.helpers.SignalAtStep",
+           "--trainer.callbacks.step=2", "--trainer.callbacks.rank=1"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
+    (ckpt,) = glob.glob(str(tmp_path / "**" / "last.ckpt"), recursive=True)
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 3
