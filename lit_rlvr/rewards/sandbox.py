@@ -21,9 +21,14 @@ confinement. What it enforces, best effort and reported, never assumed:
   the worker itself;
 * a new network namespace (no interfaces) when root.
 
-On Linux without Landlock, writes outside the working directory are not
-prevented; elsewhere (macOS) only the working directory and resource limits
-apply. The report says which, and the parent logs it once.
+On Linux without Landlock (kernels before 5.13, or Landlock not in the
+``lsm=`` list), writes outside the working directory are not prevented; on
+other architectures than x86_64 and aarch64 there is no seccomp filter (so
+child processes, exec and, without Landlock ABI 4, the network stay open);
+elsewhere (macOS) only the working directory and resource limits apply
+(``RLIMIT_NPROC`` is not used: it counts the user's processes and threads
+system-wide, and does not bind root). The report says which, and the parent
+logs it once (a warning when something is not enforced).
 """
 
 from __future__ import annotations
@@ -256,11 +261,6 @@ def apply_sandbox(workdir: str, limits: SandboxLimits) -> dict[str, Any]:
         network.append("seccomp: no new sockets")
     except OSError as e:
         missing.append(f"child processes, exec and sockets are NOT prevented ({e})")
-        if os.geteuid() != 0:
-            import resource  # RLIMIT_NPROC does not bind root; for others 0 also forbids threads
-
-            resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-            report["processes"] = "RLIMIT_NPROC=0: no new processes or threads"
     report["network"] = "; ".join(network)
     if not network:
         missing.append("network access is NOT prevented")

@@ -7,6 +7,7 @@ the working directory as a fallback root) and ``error_summary``.
 from __future__ import annotations
 
 import importlib
+import logging
 import multiprocessing as mp
 import os
 import sys
@@ -15,6 +16,8 @@ import traceback
 from typing import Any, Callable, Optional
 
 from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox
+
+log = logging.getLogger(__name__)
 
 LAUNCH_DIR: Optional[str] = None
 """In a worker: the parent's working directory (the worker's own is its sandbox directory)."""
@@ -72,6 +75,7 @@ def _import_from_cwd(module_name: str, cwd: str) -> Any:
         if e.name != top or not local or cwd in sys.path:
             raise
     sys.path.append(cwd)
+    log.info("importing %r from the working directory %s (appended to sys.path)", module_name, cwd)
     return importlib.import_module(module_name)
 
 
