@@ -7,8 +7,8 @@ engine core is in-process):
   pairs under the base checkpoint's names (LoRA merged on the fly, FSDP gathered, wrappers
   stripped), produced lazily, one tensor at a time;
 - the worker side, :func:`reload_on_worker` (run by ``LLM.collective_rpc``): the in-place reload
-  into vLLM's model, each tensor cast to the engine's dtype on the way in, with a count of the
-  vLLM parameters that received nothing.
+  into vLLM's model, each tensor cast to the engine's dtype on the way in; it returns the names
+  of the vLLM parameters that received nothing.
 
 Imports nothing from vLLM at module level (the default test suite imports this module).
 """
@@ -185,6 +185,8 @@ _EXPECTED_RELOAD_WARNINGS = {
 
 
 class _DropMessage(logging.Filter):
+    """Drops the records whose message contains ``text``."""
+
     def __init__(self, text: str) -> None:
         super().__init__()
         self.text = text

@@ -480,3 +480,21 @@ def test_lora_weights_for_vllm_equal_peft_merge():
 
     for n, p in model.named_parameters():  # the training model is untouched
         assert torch.equal(p, before[n]), n
+
+
+def test_weights_are_cast_one_tensor_at_a_time():
+    """The sync's dtype cast: floating tensors into the engine's dtype, others untouched, lazily."""
+    from lit_rlvr.rollout.vllm_sync import cast_weights
+
+    seen = []
+
+    def weights():
+        for name, t in [("a", torch.ones(2)), ("b", torch.arange(3)), ("c", torch.ones(2, dtype=torch.bfloat16))]:
+            seen.append(name)
+            yield name, t
+
+    out = cast_weights(weights(), torch.bfloat16)
+    assert seen == []  # nothing produced before it is asked for
+    assert next(out)[1].dtype == torch.bfloat16 and seen == ["a"]
+    rest = dict(out)
+    assert rest["b"].dtype == torch.int64 and rest["c"].dtype == torch.bfloat16
