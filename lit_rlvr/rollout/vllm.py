@@ -13,8 +13,11 @@ over the policy's tensors and the worker reloads them in place with
 ``Worker.reload_weights`` (vLLM's own Hugging Face name mapping: q/k/v into
 ``qkv_proj``, gate/up into ``gate_up_proj``, tied ``lm_head`` skipped; then
 vLLM's post-load processing, e.g. the CPU build's GEMM weight prepacking, runs
-again). Nothing is written to disk and no tensor is pickled. The prefix cache is
-reset afterwards, since cached KV blocks were computed with the old weights.
+again). Nothing is written to disk and no tensor is pickled. Each tensor is cast
+to the engine's dtype on the way in (a float32 policy into a bfloat16 engine), and
+a full load that leaves any vLLM parameter without a tensor raises. The prefix
+cache is reset afterwards, since cached KV blocks were computed with the old
+weights. The sync code is in :mod:`lit_rlvr.rollout.vllm_sync`.
 
 LoRA (a ``peft.PeftModel`` policy), two modes:
 
@@ -38,7 +41,10 @@ When a seed is given, request ``i`` gets ``seed + (samples before it)``, and vLL
 gives its ``j``-th sample ``+ j``: every sample of a call has its own seed and a
 call is reproducible. Log-probs are vLLM's ``processed_logprobs`` (after
 temperature and top-p: the distribution the token was drawn from); pass
-``logprobs_mode="raw_logprobs"`` for the model's untempered log-softmax.
+``logprobs_mode="raw_logprobs"`` for the model's untempered log-softmax. On
+vLLM's CPU build chunked prefill is turned off: with it, per-request seeds fail
+once a round's prompts exceed ``max_num_batched_tokens`` (see
+:func:`_cpu_scheduler_options`).
 
 Multi-GPU (Lightning DDP/FSDP): when ``torch.distributed`` is initialised with
 more than one rank, each rank builds its own engine on its own GPU with
@@ -63,6 +69,15 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
+from lit_rlvr.rollout.vllm_sync import (
+    gathered,
+    is_peft,
+    iter_base_weights,
+    iter_policy_weights,
+    packed_modules,
+    reload_on_worker,
+    unwrap_policy,
+)
 from lit_rlvr.types import Completion
 
 log = logging.getLogger(__name__)
@@ -71,9 +86,6 @@ VLLM_MISSING = "engine 'vllm' needs vLLM: pip install 'lit-rlvr[vllm]'"
 """The ImportError message when vLLM is not installed."""
 
 LORA_MODES = ("merge", "adapter")
-
-# Name components that FSDP / activation checkpointing / torch.compile insert into parameter names.
-_WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
 
 
 def import_vllm() -> Any:
@@ -87,186 +99,6 @@ def import_vllm() -> Any:
     except ImportError as err:  # vllm itself, or one of its compiled parts
         raise ImportError(f"{VLLM_MISSING} ({err})") from err
     return vllm
-
-
-# --------------------------------------------------------------------------- policy weights
-
-
-def _unwrap(policy: torch.nn.Module) -> torch.nn.Module:
-    """The model inside DDP wrappers (Lightning's DDP wraps the LightningModule, not the policy, but a
-    caller may hand over a wrapped policy)."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    while isinstance(policy, DistributedDataParallel):
-        policy = policy.module
-    return policy
-
-
-def _is_peft(model: Any) -> bool:
-    try:
-        import peft
-    except ImportError:
-        return False
-    return isinstance(model, peft.PeftModel)
-
-
-def _clean_name(name: str) -> str:
-    """The checkpoint name of a parameter: wrapper components dropped (``a._fsdp_wrapped_module.b`` -> ``a.b``)."""
-    return ".".join(part for part in name.split(".") if part not in _WRAPPER_PARTS)
-
-
-def _full(t: torch.Tensor) -> torch.Tensor:
-    """A plain tensor: DTensor shards (FSDP2) gathered, autograd detached."""
-    full_tensor = getattr(t, "full_tensor", None)
-    if callable(full_tensor):
-        t = full_tensor()
-    return t.detach()
-
-
-@contextlib.contextmanager
-def _gathered(model: torch.nn.Module) -> Iterator[None]:
-    """Unshard FSDP1 parameters for reading (no write-back); a no-op for any other model."""
-    try:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    except ImportError:  # torch built without distributed
-        yield
-        return
-    if any(isinstance(m, FSDP) for m in model.modules()):
-        with FSDP.summon_full_params(model, writeback=False, recurse=True):
-            yield
-    else:
-        yield
-
-
-def _lora_merged_params(module: Any) -> dict[str, torch.Tensor]:
-    """The base-layer parameters of one peft LoRA layer with its active adapters merged in.
-
-    Computed out of place: the training module is not modified.
-    """
-    base = module.get_base_layer()
-    params = {name: _full(p) for name, p in base.named_parameters(recurse=False)}
-    if getattr(module, "merged", False):  # already merged into the base weight
-        return params
-    active = [a for a in module.active_adapters if a in module.lora_A or a in getattr(module, "lora_embedding_A", {})]
-    if not active:
-        return params
-    uses_dora = any(getattr(module, "use_dora", {}).get(a, False) for a in active)
-    if uses_dora or not hasattr(module, "get_delta_weight"):
-        # Let peft merge a copy of this one layer (handles DoRA and other variants).
-        tmp = copy.deepcopy(module)
-        tmp.merge(adapter_names=active)
-        return {name: _full(p) for name, p in tmp.get_base_layer().named_parameters(recurse=False)}
-    weight = params["weight"]
-    for adapter in active:
-        weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
-    params["weight"] = weight
-    return params
-
-
-def iter_policy_weights(
-    policy: torch.nn.Module, only_changed: bool = False, packed_modules: dict[str, list[str]] | None = None
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(hf_name, tensor)`` pairs of the policy's current weights, named as in the base model's checkpoint.
-
-    A PEFT model yields its base model's parameters with every LoRA layer merged
-    (``q_proj.base_layer.weight`` + adapter -> ``q_proj.weight``) and the active copy
-    of each ``modules_to_save`` module; LoRA matrices themselves are not yielded.
-
-    With ``only_changed`` a PEFT model yields just the modules its adapter changes,
-    plus their siblings that vLLM fuses with them (``packed_modules``, vLLM's
-    ``packed_modules_mapping``: ``{"qkv_proj": ["q_proj", "k_proj", "v_proj"], ...}``),
-    because vLLM reloads a fused layer only from all of its parts.
-    Must be iterated inside :func:`_gathered` for FSDP1 models.
-    """
-    policy = _unwrap(policy)
-    if not _is_peft(policy):
-        for name, param in policy.named_parameters():
-            yield _clean_name(name), _full(param)
-        return
-
-    from peft.tuners.lora import LoraLayer
-    from peft.utils import ModulesToSaveWrapper
-
-    base = policy.get_base_model()
-    modules = dict(base.named_modules())
-    wanted: set[str] | None = None
-    if only_changed:
-        wanted = {n for n, m in modules.items() if isinstance(m, (LoraLayer, ModulesToSaveWrapper))}
-        for name in list(wanted):
-            parent, _, leaf = name.rpartition(".")
-            for group in (packed_modules or {}).values():
-                if leaf in group:
-                    wanted.update(f"{parent}.{g}" if parent else g for g in group if (f"{parent}.{g}" if parent else g) in modules)
-
-    done: list[str] = []  # prefixes of modules already handled (pre-order walk)
-    seen: set[int] = set()
-    for mod_name, module in modules.items():
-        if any(mod_name.startswith(p) for p in done):
-            continue
-        prefix = f"{mod_name}." if mod_name else ""
-        if isinstance(module, LoraLayer):
-            if wanted is None or mod_name in wanted:
-                for pname, tensor in _lora_merged_params(module).items():
-                    yield _clean_name(prefix + pname), tensor
-            done.append(prefix)
-        elif isinstance(module, ModulesToSaveWrapper):
-            if wanted is None or mod_name in wanted:
-                active = module.active_adapter
-                active = active[0] if isinstance(active, (list, tuple)) else active
-                source = module.modules_to_save[active] if active in module.modules_to_save else module.original_module
-                for pname, param in source.named_parameters():
-                    yield _clean_name(prefix + pname), _full(param)
-            done.append(prefix)
-        elif wanted is None or mod_name in wanted:
-            for pname, param in module.named_parameters(recurse=False):
-                if id(param) in seen:  # tied weights (lm_head = embed_tokens): once, as named_parameters does
-                    continue
-                seen.add(id(param))
-                yield _clean_name(prefix + pname), _full(param)
-
-
-def iter_base_weights(policy: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """The base model's own weights of a PEFT policy (LoRA not merged), under the base checkpoint's names."""
-    policy = _unwrap(policy)
-    base = policy.get_base_model()
-    for name, param in base.named_parameters():
-        parts = name.split(".")
-        if any(p.startswith("lora_") for p in parts) or "original_module" in parts:
-            continue
-        if "modules_to_save" in parts:  # ...lm_head.modules_to_save.default.weight -> lm_head.weight
-            i = parts.index("modules_to_save")
-            parts = parts[:i] + parts[i + 2 :]
-        name = ".".join(p for p in parts if p != "base_layer")
-        yield _clean_name(name), _full(param)
-
-
-def _reload_weights_on_worker(worker: Any, weights: Any) -> None:
-    """Runs inside vLLM's worker (``collective_rpc``): reload HF-named tensors in place.
-
-    On vLLM's CPU build every linear layer, the LM head included, keeps a prepacked copy of
-    its weight for its GEMM kernel (``dispatch_cpu_unquantized_gemm``). A tied LM head receives
-    no tensor of its own (its weight is the embedding's), so the in-place reload never repacks
-    it and it would go on computing logits from the first weights it saw. Repack it here.
-    """
-    if hasattr(worker, "reload_weights"):
-        worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
-    else:  # older vLLM: plain loading into the live parameters (what TRL's colocate mode does)
-        worker.model_runner.model.load_weights(weights)
-        return
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cpu():
-        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
-        for module in worker.get_model().modules():
-            method = getattr(module, "quant_method", None)
-            if isinstance(module, ParallelLMHead) and method is not None:
-                method.process_weights_after_loading(module)
-
-
-def _packed_modules(model: Any) -> dict[str, list[str]]:
-    """Runs inside vLLM's worker (``apply_model``): which HF modules vLLM fuses into one layer."""
-    return {k: list(v) for k, v in dict(getattr(model, "packed_modules_mapping", {}) or {}).items()}
 
 
 # --------------------------------------------------------------------------- the engine
@@ -316,8 +148,8 @@ class VLLMEngine:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         vllm = import_vllm()
         self.tokenizer = tokenizer
-        model = _unwrap(model)
-        self.is_peft = _is_peft(model)
+        model = unwrap_policy(model)
+        self.is_peft = is_peft(model)
         self.lora_mode = lora_mode if self.is_peft else "merge"
         if self.is_peft and lora_mode == "adapter":
             config = model.peft_config[model.active_adapter]
@@ -334,6 +166,8 @@ class VLLMEngine:
             log.warning("lit-rlvr: vLLM's CPU build has no sleep mode; enable_sleep_mode ignored")
             enable_sleep_mode = False
         self.enable_sleep_mode = enable_sleep_mode
+        if self.on_cpu:
+            _cpu_scheduler_options(llm_kwargs)
 
         rank = 0
         self._owns_process_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
@@ -376,13 +210,13 @@ class VLLMEngine:
             **llm_kwargs,
         )
         log.info("lit-rlvr: vLLM engine built in %.1f s", time.perf_counter() - started)
-        self._packed = self.llm.apply_model(_packed_modules)[0]
+        self._packed = self.llm.apply_model(packed_modules)[0]
         # First load: every weight (the base weights in adapter mode, then the adapter).
         if self.is_peft and self.lora_mode == "adapter":
-            self._load(iter_base_weights(model), model)
+            self._load(iter_base_weights(model), model, full=True)
             self._save_adapter(model)
         else:
-            self._load(iter_policy_weights(model), model)
+            self._load(iter_policy_weights(model), model, full=True)
         if self.enable_sleep_mode:
             self.sleep()
 
@@ -391,7 +225,7 @@ class VLLMEngine:
     @staticmethod
     def _save_config(model: Any, tokenizer: Any, out: Path) -> None:
         """config.json and the tokenizer: all vLLM needs to build the model (weights come from memory)."""
-        base = model.get_base_model() if _is_peft(model) else model
+        base = model.get_base_model() if is_peft(model) else model
         out.mkdir(parents=True, exist_ok=True)
         config = copy.deepcopy(base.config)
         config.save_pretrained(out)
@@ -405,7 +239,7 @@ class VLLMEngine:
     @staticmethod
     def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
         """The generation config's EOS ids, then the tokenizer's (the Hugging Face engine's default)."""
-        base = model.get_base_model() if _is_peft(model) else model
+        base = model.get_base_model() if is_peft(model) else model
         gen = getattr(base, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None) if gen is not None else None
         ids = [] if eos is None else [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
@@ -415,18 +249,26 @@ class VLLMEngine:
             raise ValueError("no stop token: the tokenizer has no EOS; pass stop_token_ids=[...]")
         return list(dict.fromkeys(ids))
 
-    def _load(self, weights: Iterator[tuple[str, torch.Tensor]], model: torch.nn.Module) -> None:
+    def _load(self, weights: Iterator[tuple[str, torch.Tensor]], model: torch.nn.Module, full: bool) -> None:
         """Load HF-named tensors into vLLM's model in place, then drop KV computed with the old weights.
 
         ``Worker.reload_weights`` (the in-place reload of vLLM 0.32) rather than a bare
         ``model.load_weights``: vLLM post-processes weights after loading (the CPU build repacks
         every linear layer for its GEMM kernels, quantized models re-quantize), and the reload
         path restores the checkpoint layout, loads, re-processes and copies back into the same
-        storage. A layer none of whose weights arrive keeps its current values.
+        storage. Tensors are cast to the engine's dtype one at a time on the way in
+        (:func:`~lit_rlvr.rollout.vllm_sync.reload_on_worker`). A layer none of whose weights
+        arrive keeps its current values: expected for a partial (LoRA merge) sync, an error for a
+        ``full`` one (the first load included), where vLLM would go on with dummy weights.
         """
-        with _gathered(_unwrap(model)), torch.no_grad():
-            self.llm.collective_rpc(_reload_weights_on_worker, args=(weights,))
+        with gathered(unwrap_policy(model)), torch.no_grad():
+            missing = self.llm.collective_rpc(reload_on_worker, args=(weights,))[0]
         self.llm.reset_prefix_cache()
+        if full and missing:
+            raise RuntimeError(
+                f"vLLM received no weights for {len(missing)} of its parameters ({', '.join(missing[:6])}"
+                f"{', ...' if len(missing) > 6 else ''}): the policy's parameter names do not match vLLM's model"
+            )
 
     def _save_adapter(self, model: Any) -> None:
         """Write the current adapter to a fresh folder and switch generation to it (a new LoRA id)."""
@@ -435,7 +277,7 @@ class VLLMEngine:
         previous = self._lora_request
         self._lora_id += 1
         path = self._dir / f"adapter_{self._lora_id}"
-        with _gathered(model):
+        with gathered(model):
             model.save_pretrained(str(path), safe_serialization=True)
         request = LoRARequest(f"policy_{self._lora_id}", self._lora_id, str(path))
         if previous is not None:
@@ -527,14 +369,14 @@ class VLLMEngine:
     def sync_weights(self, policy: torch.nn.Module) -> None:
         """Push the policy's current weights into the running engine (merged LoRA or a new adapter)."""
         started = time.perf_counter()
-        policy = _unwrap(policy)
+        policy = unwrap_policy(policy)
         self.wake_up(["weights"])
         if self.is_peft and self.lora_mode == "adapter":
             self._save_adapter(policy)
         else:
             # After the first full load, a PEFT policy only changes where its adapter is.
             weights = iter_policy_weights(policy, only_changed=self.is_peft, packed_modules=self._packed)
-            self._load(weights, policy)
+            self._load(weights, policy, full=not self.is_peft)
         self.last_sync_seconds = time.perf_counter() - started
 
     def close(self) -> None:
@@ -564,6 +406,30 @@ class VLLMEngine:
             shutil.rmtree(self._dir, ignore_errors=True)
         except Exception:  # interpreter shutdown: modules may already be gone
             pass
+
+
+def _cpu_scheduler_options(llm_kwargs: dict[str, Any]) -> None:
+    """vLLM's CPU build: chunked prefill off (unless asked for), so that seeded sampling works.
+
+    A seeded request gets its own ``torch.Generator``. When a prompt is prefilled in chunks (a
+    step's prompts exceed ``max_num_batched_tokens``), vLLM samples a throw-away token for the
+    unfinished chunk and rewinds that request's generator with ``set_offset``, which only CUDA
+    generators have: ``RuntimeError: CPU Generator does not use offset``. Without chunked prefill
+    the scheduler prefills whole prompts and leaves the ones that do not fit for its next step,
+    so no token is thrown away, seeds stay per request (a request samples the same tokens in any
+    batch), and the engine handles any batch size. vLLM then sizes ``max_num_batched_tokens`` to at
+    least ``max_model_len`` itself (and logs that disabling chunked prefill is not "officially"
+    supported for the model; this configuration is the one the contract tests run).
+    """
+    if llm_kwargs.get("enable_chunked_prefill"):
+        log.warning(
+            "lit-rlvr: enable_chunked_prefill on vLLM's CPU build: seeded sampling fails (CPU Generator "
+            "does not use offset) once a round's prompts exceed max_num_batched_tokens"
+        )
+        return
+    if "enable_chunked_prefill" not in llm_kwargs:
+        log.info("lit-rlvr: vLLM's CPU build: chunked prefill off (per-request seeds need whole-prompt prefills)")
+    llm_kwargs["enable_chunked_prefill"] = False
 
 
 def _sampled_logprobs(logprobs: Any, token_ids: list[int]) -> list[float]:

