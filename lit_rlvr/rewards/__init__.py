@@ -1,4 +1,4 @@
-"""Reward functions: reasoning-gym verifiers, math-verify under a hard time limit, callables.
+"""Reward functions: reasoning-gym verifiers, math-verify, callables, each under a hard time limit.
 
 Configure them from YAML by class path, e.g.::
 
@@ -9,10 +9,13 @@ Configure them from YAML by class path, e.g.::
         init_args: {weight: 0.1}
 
 ``RewardScorer`` runs them over a batch and never lets one failing call stop training.
+Verifiers that see model output run in sandboxed worker processes (``sandbox.py``),
+a batch spread over them, each call limited to ``timeout_s`` (default 10 s).
 """
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
 from lit_rlvr.rewards.base import (
+    MAX_ABS_REWARD,
     RewardCallError,
     RewardFunction,
     RewardResult,
@@ -23,10 +26,13 @@ from lit_rlvr.rewards.callable import CallableReward
 from lit_rlvr.rewards.format import FormatReward
 from lit_rlvr.rewards.math_verify import MathVerifyReward, verify_math
 from lit_rlvr.rewards.reasoning_gym import ReasoningGymReward
-from lit_rlvr.rewards.timeout import CallOutcome, TimeLimitedCaller, resolve_callable
+from lit_rlvr.rewards.sandbox import SandboxLimits
+from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, CallOutcome, TimeLimitedCaller, resolve_callable
 
 __all__ = [
     "ANSWER_MODES",
+    "DEFAULT_TIMEOUT_S",
+    "MAX_ABS_REWARD",
     "CallOutcome",
     "CallableReward",
     "FormatReward",
@@ -37,6 +43,7 @@ __all__ = [
     "RewardResult",
     "RewardScorer",
     "RewardTimeout",
+    "SandboxLimits",
     "TimeLimitedCaller",
     "extract_answer",
     "resolve_callable",

@@ -4,7 +4,8 @@ A ``RewardFunction`` scores one completion against its prompt's reference answer
 and metadata. The ``RewardScorer`` runs every configured function over a batch,
 weights and sums them, and never lets one bad call stop the run: a call that
 raises (or times out, for functions with a time limit) scores that rollout 0 for
-that function and is counted.
+that function and is counted. So does a value that is not a real number in
+``[-MAX_ABS_REWARD, MAX_ABS_REWARD]`` (see ``check_score``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,39 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from lit_rlvr.rewards.timeout import error_summary
+from lit_rlvr.rewards.worker import error_summary
 
 if TYPE_CHECKING:  # imported where used, so worker processes that only score stay light
     import torch
 
 log = logging.getLogger(__name__)
+
+MAX_ABS_REWARD = 1e6
+"""Largest reward magnitude accepted. Rewards are scores (typically in [0, 1]),
+so anything beyond this is a bug; bounding them keeps weighted sums, squares and
+group statistics finite and precise in float32 (1e6² = 1e12; float32 tops out
+near 3.4e38, and its spacing at 1e6 is 0.06)."""
+
+
+def check_score(value: Any) -> float:
+    """``value`` as a float, or ``ValueError`` naming it when it is not a usable reward.
+
+    Accepted: bools, ints, floats and numeric scalars (numpy, 0-d tensors) whose
+    value is finite with ``|value| <= MAX_ABS_REWARD``. Rejected: strings (even
+    "0.5": a verifier that returns text is broken), None, containers, NaN, ±inf,
+    and values beyond the bound (1e39 would overflow float32).
+    """
+    if isinstance(value, (str, bytes, bytearray)) or value is None:
+        raise ValueError(f"returned a non-number {value!r:.80}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"returned a non-number {value!r:.80} ({e})") from None
+    if not math.isfinite(f):
+        raise ValueError(f"returned a non-finite score {f!r}")
+    if abs(f) > MAX_ABS_REWARD:
+        raise ValueError(f"returned {f!r}, outside [-{MAX_ABS_REWARD:g}, {MAX_ABS_REWARD:g}] (MAX_ABS_REWARD)")
+    return f
 
 
 class RewardTimeout(Exception):
@@ -84,7 +112,7 @@ class RewardResult:
     components: dict[str, torch.Tensor] = field(default_factory=dict)
     """function name -> [N] float32 unweighted scores."""
     errors: int = 0
-    """Calls that raised (each scored 0)."""
+    """Calls that raised or returned an unusable score (each scored 0)."""
     timeouts: int = 0
     """Calls that hit their time limit (each scored 0)."""
 
@@ -92,8 +120,8 @@ class RewardResult:
 class RewardScorer:
     """Runs every reward function over a batch and sums the weighted scores.
 
-    One bad call never stops training: a call that raises, returns a non-finite
-    value, or times out scores 0 for that function on that completion and is
+    One bad call never stops training: a call that raises, returns something
+    ``check_score`` rejects (NaN, ±inf, |r| > ``MAX_ABS_REWARD``, a non-number), or times out scores 0 for that function on that completion and is
     counted in ``RewardResult.errors`` / ``RewardResult.timeouts``; the other
     completions and functions score normally. The first few failures of each
     function are logged with a traceback summary, later ones only at
@@ -111,8 +139,11 @@ class RewardScorer:
         for f in functions:
             if not isinstance(f, RewardFunction):
                 raise TypeError(f"reward functions must subclass RewardFunction, got {type(f).__name__}")
-            if not math.isfinite(f.weight):
-                raise ValueError(f"reward {f.name!r} has a non-finite weight {f.weight}")
+            if not (math.isfinite(f.weight) and abs(f.weight) <= MAX_ABS_REWARD):
+                raise ValueError(
+                    f"reward {f.name!r} has weight {f.weight}; weights must be finite and at most "
+                    f"{MAX_ABS_REWARD:g} in magnitude (MAX_ABS_REWARD)"
+                )
         seen: dict[str, RewardFunction] = {}
         for f in functions:
             if f.name in seen:
@@ -125,7 +156,7 @@ class RewardScorer:
         self.functions = functions
         self.log_first = int(log_first)
         self.error_counts: dict[str, int] = {f.name: 0 for f in functions}
-        """Cumulative calls that raised, per function name."""
+        """Cumulative calls that raised or returned an unusable score, per function name."""
         self.timeout_counts: dict[str, int] = {f.name: 0 for f in functions}
         """Cumulative calls that timed out, per function name."""
 
@@ -165,14 +196,10 @@ class RewardScorer:
                     self._record(fn.name, self.error_counts, "raised", r)
                     continue
                 try:
-                    value = float(r)
-                except Exception as e:
+                    value = check_score(r)
+                except ValueError as e:
                     errors += 1
-                    self._record(fn.name, self.error_counts, "returned a non-number", e)
-                    continue
-                if not math.isfinite(value):
-                    errors += 1
-                    self._record(fn.name, self.error_counts, "returned a non-finite score", ValueError(repr(value)))
+                    self._record(fn.name, self.error_counts, "gave an unusable score", e)
                     continue
                 scores[i] = value
             components[fn.name] = scores
@@ -200,7 +227,7 @@ class RewardScorer:
             log.warning("reward %r %s %d times so far (each scored 0); last: %s", name, what, k, error_summary(exc))
 
 
-def outcomes_to_scores(outcomes: Sequence[Any], what: str, timeout_s: float, convert: Any = float) -> list[Any]:
+def outcomes_to_scores(outcomes: Sequence[Any], what: str, timeout_s: float, convert: Any = check_score) -> list[Any]:
     """Worker ``CallOutcome``s -> scores, or the exception each failed item stands for.
 
     A timed-out item becomes ``RewardTimeout`` naming ``what``; a failed one ``RewardCallError``;

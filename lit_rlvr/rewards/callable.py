@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.timeout import TimeLimitedCaller, resolve_callable
+from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller, resolve_callable
 
 
 def call_reward_fn(path: str, completion: str, answer: str, metadata: dict[str, Any]) -> Any:
@@ -17,16 +17,21 @@ class CallableReward(RewardFunction):
     """Wraps a user function ``fn(completion=..., answer=..., metadata=...) -> float`` as a reward.
 
     The way to plug a custom verifier in from YAML without subclassing: name
-    it by import path. The path is resolved when the reward is built, so a typo
-    fails at start-up rather than at the first training step. The return value
-    is coerced with ``float``; ``bool`` works. With ``timeout_s`` the function
-    runs in a worker process under a hard time limit (it must then be importable
-    in a fresh interpreter, and its arguments and result picklable).
+    it by import path (a module in the working directory works without
+    ``PYTHONPATH``). The path is resolved when the reward is built, so a typo
+    fails at start-up rather than at the first training step. The function runs
+    in sandboxed worker processes under a hard time limit, a batch spread over
+    them, so it must be importable in a fresh interpreter and its arguments and
+    result picklable. It should return a number; ``bool`` works.
 
     Args:
         fn: import path of the function, ``"package.module:function"`` or
             ``"package.module.function"``.
-        timeout_s: optional hard time limit, in seconds, per completion.
+        timeout_s: hard time limit, in seconds, per completion.
+        workers: worker processes scoring a batch concurrently (default: up to 4).
+        sandbox: confine the workers (no writes outside a throwaway directory,
+            no network, no child processes, resource limits); ``false`` for a
+            trusted function that needs them, e.g. one that calls a judge over HTTP.
         weight: multiplier of this score in the total reward.
         name: key of this reward in logs; defaults to the function's name.
     """
@@ -36,7 +41,9 @@ class CallableReward(RewardFunction):
     def __init__(
         self,
         fn: str,
-        timeout_s: Optional[float] = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        workers: Optional[int] = None,
+        sandbox: bool = True,
         weight: float = 1.0,
         name: Optional[str] = None,
     ) -> None:
@@ -47,25 +54,20 @@ class CallableReward(RewardFunction):
             raise ValueError(f"CallableReward(fn={fn!r}): {e}") from e
         self.fn = fn
         self.name = name if name is not None else getattr(self._fn, "__name__", None) or fn
-        if timeout_s is not None and not float(timeout_s) > 0:
-            raise ValueError(f"CallableReward: timeout_s must be > 0 or None, got {timeout_s}")
-        self.timeout_s = None if timeout_s is None else float(timeout_s)
-        self._caller = None if self.timeout_s is None else TimeLimitedCaller(call_reward_fn, self.timeout_s)
+        if timeout_s is None or not float(timeout_s) > 0:
+            raise ValueError(f"CallableReward: timeout_s must be > 0, got {timeout_s}")
+        self.timeout_s = float(timeout_s)
+        self._caller = TimeLimitedCaller(call_reward_fn, self.timeout_s, workers=workers, sandbox=sandbox)
 
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
-        if self._caller is None:
-            return float(self._fn(completion=completion, answer=answer, metadata=metadata))
         return first_or_raise(self.score_batch([completion], [answer], [metadata]))
 
     def score_batch(
         self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
     ) -> list[float | BaseException]:
-        if self._caller is None:
-            return super().score_batch(completions, answers, metadata)
         args = [(self.fn, c, a, m) for c, a, m in zip(completions, answers, metadata)]
         return outcomes_to_scores(self._caller.call_many(args), str(self.fn), self.timeout_s)
 
     def close(self) -> None:
-        """Stop the worker process, if any (it restarts on the next call)."""
-        if self._caller is not None:
-            self._caller.close()
+        """Stop the worker processes (they restart on the next call)."""
+        self._caller.close()

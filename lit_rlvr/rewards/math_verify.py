@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
 from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.timeout import TimeLimitedCaller
+from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller
 
 _SILENCED = False
 
@@ -77,6 +77,7 @@ class MathVerifyReward(RewardFunction):
 
     Args:
         timeout_s: hard time limit, in seconds, on scoring one completion.
+        workers: sandboxed worker processes scoring a batch concurrently (default: up to 4).
         extraction: how to find the answer in the completion: ``"tag"``
             (last ``<answer>...</answer>``), ``"last_line"``, ``"full"`` or
             ``"last_number"``.
@@ -88,8 +89,9 @@ class MathVerifyReward(RewardFunction):
 
     def __init__(
         self,
-        timeout_s: float = 5.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         extraction: str = "tag",
+        workers: Optional[int] = None,
         weight: float = 1.0,
         name: Optional[str] = None,
     ) -> None:
@@ -99,7 +101,7 @@ class MathVerifyReward(RewardFunction):
         self.timeout_s = float(timeout_s)
         self.extraction = extraction
         self._caller = TimeLimitedCaller(
-            verify_math, self.timeout_s, preload=("math_verify",), warmup=("1", "\\frac{1}{2}")
+            verify_math, self.timeout_s, preload=("math_verify",), warmup=("1", "\\frac{1}{2}"), workers=workers
         )
 
     def prediction(self, completion: str) -> str:
@@ -117,5 +119,5 @@ class MathVerifyReward(RewardFunction):
         return outcomes_to_scores(self._caller.call_many(args), "math-verify", self.timeout_s, lambda v: 1.0 if v else 0.0)
 
     def close(self) -> None:
-        """Stop the worker process (it restarts on the next call)."""
+        """Stop the worker processes (they restart on the next call)."""
         self._caller.close()

@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
 from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.timeout import TimeLimitedCaller
+from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller
 
 _SCORERS: dict[str, Callable[..., float]] = {}
 
@@ -43,14 +43,19 @@ class ReasoningGymReward(RewardFunction):
     reference ``answer`` and ``metadata`` (plus ``metadata["question"]`` when
     present). No answer found scores 0.0.
 
+    Verifiers run in sandboxed worker processes (``TimeLimitedCaller``): some
+    evaluate the answer as Python (``sympy.parse_expr``), and some hang on
+    answers like ``9**9**9**9``. A call over ``timeout_s`` scores 0 and is
+    counted as a timeout; metadata must be picklable.
+
     Args:
         extraction: how to find the answer in the completion: ``"tag"``
             (last ``<answer>...</answer>``), ``"last_line"``, ``"full"`` or
             ``"last_number"``.
         dataset: task name to use when an entry's metadata has no
             ``source_dataset``.
-        timeout_s: optional hard time limit, in seconds, per completion; when
-            set, verifiers run in a worker process (metadata must be picklable).
+        timeout_s: hard time limit, in seconds, per completion.
+        workers: worker processes scoring a batch concurrently (default: up to 4).
         weight: multiplier of this score in the total reward.
         name: key of this reward in logs; must differ from the other rewards'.
     """
@@ -61,7 +66,8 @@ class ReasoningGymReward(RewardFunction):
         self,
         extraction: str = "tag",
         dataset: Optional[str] = None,
-        timeout_s: Optional[float] = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        workers: Optional[int] = None,
         weight: float = 1.0,
         name: Optional[str] = None,
     ) -> None:
@@ -70,11 +76,9 @@ class ReasoningGymReward(RewardFunction):
             raise ValueError(f"ReasoningGymReward: extraction must be one of {ANSWER_MODES}, got {extraction!r}")
         self.extraction = extraction
         self.dataset = dataset
-        self.timeout_s = None if timeout_s is None else float(timeout_s)
-        self._caller = (
-            None
-            if self.timeout_s is None
-            else TimeLimitedCaller(score_reasoning_gym, self.timeout_s, preload=("reasoning_gym",))
+        self.timeout_s = float(timeout_s)
+        self._caller = TimeLimitedCaller(
+            score_reasoning_gym, self.timeout_s, preload=("reasoning_gym",), workers=workers
         )
 
     def _task(self, answer: str, metadata: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -91,15 +95,11 @@ class ReasoningGymReward(RewardFunction):
         if extracted is None:
             return 0.0
         dataset, entry = self._task(answer, metadata)
-        if self._caller is None:
-            return score_reasoning_gym(dataset, extracted, entry)
         return first_or_raise(self._call([(dataset, extracted, entry)]))
 
     def score_batch(
         self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
     ) -> list[float | BaseException]:
-        if self._caller is None:
-            return super().score_batch(completions, answers, metadata)
         out: list[float | BaseException | None] = [None] * len(completions)
         todo: list[int] = []
         args: list[tuple] = []
@@ -119,10 +119,8 @@ class ReasoningGymReward(RewardFunction):
         return out  # type: ignore[return-value]
 
     def _call(self, args: list[tuple]) -> list[float | BaseException]:
-        assert self._caller is not None
         return outcomes_to_scores(self._caller.call_many(args), "reasoning-gym scoring", self.timeout_s)
 
     def close(self) -> None:
-        """Stop the worker process, if any (it restarts on the next call)."""
-        if self._caller is not None:
-            self._caller.close()
+        """Stop the worker processes (they restart on the next call)."""
+        self._caller.close()

@@ -1,58 +1,70 @@
-"""A hard per-call time limit that works anywhere: off the main thread and under DDP.
+"""A pool of sandboxed worker processes that run calls under a hard per-call time limit.
 
-Reward code can hang (sympy on ``10^{10^{10^{10}}}``, a regex on a 50 kB
-completion). ``signal.alarm`` cannot bound it: it only works in the main thread
-of the main interpreter, and Lightning may score rewards elsewhere. So
-``TimeLimitedCaller`` runs the function in a persistent worker subprocess and the
-parent waits on a pipe with a deadline. When a call overruns, the parent kills
-the worker (terminate, then kill) and reports a timeout; the next call starts a
-fresh worker.
+Reward code can hang (sympy on ``9**9**9**9``, a regex on a 50 kB completion)
+and can run the completion as code. ``signal.alarm`` cannot bound it (it only
+works in the main thread, and Lightning may score elsewhere), so
+``TimeLimitedCaller`` runs the function in worker subprocesses that sandbox
+themselves (``sandbox.py``) and waits for them with a deadline. A call that
+overruns is reported as a timeout and its worker is killed; a fresh worker
+replaces it when there is work left.
 
 Design notes:
 
+* A batch is spread over up to ``workers`` processes, one item in flight per
+  worker, so a hanging item costs its limit once while the other workers go
+  on. Each item's deadline is ``timeout_s`` from when it was sent.
+* The parent waits on all the pipes at once in the calling thread
+  (``multiprocessing.connection.wait``), so signal handlers run at once: a
+  handler that raises (Ctrl-C, a SIGTERM handler that exits) interrupts the
+  batch; the workers of an interrupted batch are killed so no late result
+  reaches the next one.
 * Start method: ``forkserver`` where the platform has it, else ``spawn``; never
   ``fork`` (unsafe after CUDA or threads were started). Both normally re-import
-  the main module in every child (on CPython 3.11 the fork server does not
-  preload it), which for ``lit-rlvr fit`` means torch, Lightning and
-  transformers: seconds per worker start and restart. The worker needs only the
-  function's module, so the caller starts it without re-importing
+  the main module in every child, which for ``lit-rlvr fit`` means torch,
+  Lightning and transformers: seconds per worker start. The worker needs only
+  the function's module, so the caller starts it without re-importing
   ``__main__`` (a thread-local switch on ``multiprocessing.spawn``'s
   preparation data; other processes are unaffected). A function defined in
-  ``__main__`` itself is the exception: then the main module is imported, with
-  the usual need for an ``if __name__ == "__main__":`` guard.
-* The worker is started lazily and is ready (function resolved, ``preload``
-  modules imported, optional warm-up call done) before any deadline starts, so
-  start-up time is never charged to a call.
-* ``call_many`` sends a whole batch in one message and the worker streams one
-  result back per item. Each item has its own deadline of ``timeout_s`` from
-  the moment the previous result arrived. If an item overruns, only that item is
-  reported as timed out; the worker is restarted and the rest of the batch is
-  sent again. Total time is bounded by the work done plus ``timeout_s`` per
-  hanging item.
-* Thread-safe: one lock serialises conversations with the worker.
-* The worker is a daemon process that ignores SIGINT (Ctrl-C is the parent's
-  business), exits when its parent dies, and is closed at interpreter exit.
+  ``__main__`` itself is the exception.
+* Workers are started lazily, in parallel, and are ready (sandboxed, function
+  resolved, ``preload`` imported, warm-up call done) before any deadline
+  starts, so start-up time is never charged to a call.
+* Thread-safe: one lock serialises batches.
+* Workers are daemon processes that ignore SIGINT (Ctrl-C is the parent's
+  business), exit when their parent dies, and are killed at interpreter exit;
+  their working directories are removed when they are.
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib
 import logging
 import multiprocessing as mp
 import os
 import pickle
+import shutil
+import tempfile
 import threading
 import time
-import traceback
 import weakref
-from typing import Any, Callable, NamedTuple, Sequence, Union
+from collections import deque
+from multiprocessing.connection import wait as wait_for
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
+
+from lit_rlvr.rewards.sandbox import SandboxLimits, describe
+from lit_rlvr.rewards.worker import error_summary, resolve_callable, worker_main
+
+__all__ = ["DEFAULT_TIMEOUT_S", "CallOutcome", "TimeLimitedCaller", "error_summary", "resolve_callable"]
 
 log = logging.getLogger(__name__)
 
 FnSpec = Union[str, Callable[..., Any]]
 
+DEFAULT_TIMEOUT_S = 10.0
+"""Default per-call limit of every reward that runs in workers."""
+
 _LIVE_CALLERS: "weakref.WeakSet[TimeLimitedCaller]" = weakref.WeakSet()
+_SANDBOX_LOGGED = False
 
 
 class CallOutcome(NamedTuple):
@@ -66,98 +78,17 @@ class CallOutcome(NamedTuple):
     """True when the call hit its time limit and the worker was killed."""
 
 
-def resolve_callable(path: str) -> Callable[..., Any]:
-    """Import ``"package.module:function"`` or ``"package.module.function"``.
-
-    After ``:``, dotted attributes are followed (``"pkg.mod:Class.method"``).
-    Raises ``ValueError`` naming the path when it cannot be imported or is not callable.
-    """
-    if not isinstance(path, str) or not path.strip():
-        raise ValueError(f"expected an import path 'package.module:function', got {path!r}")
-    path = path.strip()
-    if ":" in path:
-        module_name, _, attr_path = path.partition(":")
-    else:
-        module_name, _, attr_path = path.rpartition(".")
-    if not module_name or not attr_path:
-        raise ValueError(
-            f"cannot import {path!r}: write it as 'package.module:function' or 'package.module.function'"
-        )
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # ImportError, or whatever the module raises on import
-        raise ValueError(f"cannot import {path!r}: importing module {module_name!r} failed: {e!r}") from e
-    for attr in attr_path.split("."):
-        try:
-            obj = getattr(obj, attr)
-        except AttributeError as e:
-            raise ValueError(f"cannot import {path!r}: {module_name!r} has no attribute {attr_path!r}") from e
-    if not callable(obj):
-        raise ValueError(f"{path!r} resolved to a non-callable {type(obj).__name__}")
-    return obj
+def default_workers() -> int:
+    """Workers per caller: up to 4, at least 2 so that one hanging call never stalls a batch."""
+    return max(2, min(4, os.cpu_count() or 1))
 
 
-def error_summary(exc: BaseException) -> str:
-    """``Type: message`` plus the innermost frame, short enough for a log line."""
-    summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        f = frames[-1]
-        summary += f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name})"
-    return summary
+def _log_sandbox(report: Optional[dict]) -> None:
+    global _SANDBOX_LOGGED
+    if report is not None and not _SANDBOX_LOGGED:
+        _SANDBOX_LOGGED = True
+        (log.warning if report.get("missing") else log.info)("%s", describe(report))
 
-
-# --------------------------------------------------------------------------- worker side
-
-
-def _exit_when_parent_dies() -> None:
-    parent = mp.parent_process()
-    if parent is None:
-        return
-    parent.join()  # waits on the parent's sentinel
-    os._exit(1)
-
-
-def _worker_main(conn: Any, fn_spec: FnSpec, preload: tuple[str, ...], warmup: tuple | None) -> None:
-    """Worker loop: resolve, announce ready, then answer batches item by item."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker's own main thread: allowed
-    threading.Thread(target=_exit_when_parent_dies, daemon=True).start()
-    try:
-        for name in preload:
-            importlib.import_module(name)
-        fn = resolve_callable(fn_spec) if isinstance(fn_spec, str) else fn_spec
-        if warmup is not None:
-            try:
-                fn(*warmup)
-            except Exception:
-                pass
-    except BaseException as e:
-        conn.send(("init_error", error_summary(e)))
-        return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        for i, (args, kwargs) in msg:
-            try:
-                reply = (i, True, fn(*args, **kwargs))
-            except Exception as e:
-                reply = (i, False, error_summary(e))
-            try:
-                conn.send(reply)  # pickles first: a failure leaves the pipe clean
-            except (EOFError, OSError, BrokenPipeError):
-                return
-            except Exception as e:
-                conn.send((i, False, f"result of type {type(reply[2]).__name__} cannot be sent back: {e!r}"))
-
-
-# --------------------------------------------------------------------------- parent side
 
 _SPAWN_TLS = threading.local()
 _HOOK_LOCK = threading.Lock()
@@ -189,12 +120,25 @@ def _install_skip_main_hook() -> None:
         spawn.get_preparation_data = get_preparation_data
 
 
-class TimeLimitedCaller:
-    """Calls a function in a worker subprocess with a hard per-call time limit.
 
-    Use it where a reward function may hang and ``signal.alarm`` is not an
-    option (threads, DDP, notebooks). ``call`` and ``call_many`` never raise for
-    the function's own errors or timeouts; they return ``CallOutcome`` records.
+
+class _Worker:
+    """One worker process and what it is doing."""
+
+    def __init__(self, proc: Any, conn: Any, workdir: Optional[str], deadline: float) -> None:
+        self.proc, self.conn, self.workdir = proc, conn, workdir
+        self.ready = False
+        self.item: Optional[int] = None
+        """Index of the item in flight, if any."""
+        self.deadline = deadline
+        """Start-up deadline until ready; then the deadline of the item in flight."""
+
+
+class TimeLimitedCaller:
+    """Calls a function in sandboxed worker subprocesses with a hard per-call time limit.
+
+    ``call`` and ``call_many`` never raise for the function's own errors or
+    timeouts; they return ``CallOutcome`` records.
 
     Args:
         fn: the function to run: an import path (``"package.module:function"``),
@@ -208,16 +152,23 @@ class TimeLimitedCaller:
         start_method: multiprocessing start method: ``"forkserver"`` (default
             where available) or ``"spawn"``.
         startup_timeout_s: how long to wait for a new worker to become ready.
+        workers: most worker processes, each running one call at a time
+            (default ``default_workers()``).
+        sandbox: ``True`` (default) confines workers with ``SandboxLimits()``, a
+            ``SandboxLimits`` with those limits; ``False`` runs them unconfined
+            in the current directory (for trusted code that needs the network).
     """
 
     def __init__(
         self,
         fn: FnSpec,
-        timeout_s: float,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         preload: Sequence[str] = (),
         warmup: tuple | None = None,
         start_method: str | None = None,
         startup_timeout_s: float = 120.0,
+        workers: Optional[int] = None,
+        sandbox: Union[bool, SandboxLimits] = True,
     ) -> None:
         if not (isinstance(fn, str) or callable(fn)):
             raise TypeError(f"fn must be an import path or a callable, got {type(fn).__name__}")
@@ -232,6 +183,9 @@ class TimeLimitedCaller:
         timeout_s = float(timeout_s)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        workers = default_workers() if workers is None else int(workers)
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         if start_method not in ("forkserver", "spawn"):
@@ -245,6 +199,14 @@ class TimeLimitedCaller:
         self.warmup = tuple(warmup) if warmup is not None else None
         self.start_method = start_method
         self.startup_timeout_s = float(startup_timeout_s)
+        self.workers = workers
+        self.limits: Optional[SandboxLimits] = (
+            sandbox if isinstance(sandbox, SandboxLimits) else SandboxLimits() if sandbox else None
+        )
+        self.cwd = os.getcwd()
+        """Where import paths are resolved from when not on ``sys.path`` (the launch directory)."""
+        self.sandbox: Optional[dict[str, Any]] = None
+        """What the workers' sandbox enforces (``sandbox.apply_sandbox``'s report), once one started."""
         self.calls = 0
         """Calls made (items of batches included)."""
         self.timeouts = 0
@@ -255,15 +217,14 @@ class TimeLimitedCaller:
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
-        self._proc: Any = None
-        self._conn: Any = None
+        self._slots: list[_Worker] = []
         self._pid = os.getpid()
         _LIVE_CALLERS.add(self)
 
-    # Picklable and deep-copyable: the worker and lock are per process and rebuilt lazily.
+    # Picklable and deep-copyable: the workers and lock are per process and rebuilt lazily.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_lock", "_proc", "_conn", "_pid"):
+        for k in ("_lock", "_slots", "_pid"):
             state.pop(k, None)
         return state
 
@@ -273,24 +234,29 @@ class TimeLimitedCaller:
 
     def __repr__(self) -> str:
         fn = self.fn if isinstance(self.fn, str) else getattr(self.fn, "__qualname__", repr(self.fn))
-        return f"{type(self).__name__}({fn!r}, timeout_s={self.timeout_s})"
+        return f"{type(self).__name__}({fn!r}, timeout_s={self.timeout_s}, workers={self.workers})"
 
     # ------------------------------------------------------------------ public API
 
     @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers."""
+        return [w.proc.pid for w in list(self._slots) if w.proc.is_alive()]
+
+    @property
     def worker_pid(self) -> int | None:
-        """Process id of the live worker, ``None`` when none is running."""
-        proc = self._proc
-        return proc.pid if proc is not None and proc.is_alive() else None
+        """Process id of a live worker, ``None`` when none is running."""
+        pids = self.worker_pids
+        return pids[0] if pids else None
 
     def call(self, *args: Any, **kwargs: Any) -> CallOutcome:
-        """Run ``fn(*args, **kwargs)`` in the worker, at most ``timeout_s`` seconds."""
+        """Run ``fn(*args, **kwargs)`` in a worker, at most ``timeout_s`` seconds."""
         return self._run([(tuple(args), dict(kwargs))])[0]
 
     def call_many(
         self, args_list: Sequence[Sequence[Any]], kwargs_list: Sequence[dict[str, Any]] | None = None
     ) -> list[CallOutcome]:
-        """Run ``fn`` once per item of ``args_list`` (and ``kwargs_list``), in one round trip.
+        """Run ``fn`` once per item of ``args_list`` (and ``kwargs_list``), spread over the workers.
 
         Each item has its own ``timeout_s`` deadline; an item that overruns is
         reported as timed out and the rest of the batch still runs.
@@ -302,100 +268,143 @@ class TimeLimitedCaller:
             raise ValueError(f"args_list has {n} items but kwargs_list has {len(kwargs_list)}")
         return self._run([(tuple(a), dict(k)) for a, k in zip(args_list, kwargs_list)])
 
-    def close(self) -> None:
-        """Stop the worker (a later call starts a new one)."""
+    def start(self) -> None:
+        """Start every worker now and wait until they are ready (else they start on demand)."""
         with self._lock:
-            self._kill_worker()
+            if self._pid != os.getpid():
+                self._slots, self._pid = [], os.getpid()
+            while len(self._slots) < self.workers and self._spawn() is None:
+                pass
+            queue: deque = deque()
+            while True:
+                starting = [w for w in self._slots if not w.ready]
+                if not starting:
+                    return
+                timeout = max(0.0, min(w.deadline for w in starting) - time.monotonic())
+                for conn in wait_for([w.conn for w in starting], timeout):
+                    self._receive(next(w for w in starting if w.conn is conn), queue, [])
+                for w in starting:
+                    if w in self._slots and not w.ready and w.deadline <= time.monotonic():
+                        self._kill(w)
+                        log.warning("%r: a reward worker was not ready within %.0f s", self, self.startup_timeout_s)
+
+    def close(self) -> None:
+        """Stop the workers (a later call starts new ones)."""
+        with self._lock:
+            self._kill_all()
 
     def __del__(self) -> None:
         try:
-            self._kill_worker()
+            self._kill_all()
         except Exception:
             pass
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ the batch loop
 
     def _run(self, items: list[tuple[tuple, dict]]) -> list[CallOutcome]:
-        results: list[CallOutcome | None] = [None] * len(items)
+        results: list[Optional[CallOutcome]] = [None] * len(items)
         with self._lock:
+            if self._pid != os.getpid():  # a forked copy: the workers belong to our parent
+                self._slots, self._pid = [], os.getpid()
             self.calls += len(items)
-            pending = list(range(len(items)))
-            while pending:
-                started = self._ensure_worker()
-                if started is not None:  # the worker could not start: every pending item fails
-                    for i in pending:
-                        results[i] = CallOutcome(False, started, False)
-                    break
-                pending = self._run_on_worker(items, pending, results)
+            try:
+                self._drive(items, deque(range(len(items))), results)
+            except BaseException:  # interrupted (a signal handler raised): no late results later
+                self._kill_all()
+                raise
         return results  # type: ignore[return-value]
 
-    def _run_on_worker(
-        self, items: list[tuple[tuple, dict]], pending: list[int], results: list[CallOutcome | None]
-    ) -> list[int]:
-        """Send ``pending`` and collect results; returns the items still to run after a kill."""
-        conn = self._conn
+    def _drive(self, items: list[tuple[tuple, dict]], queue: deque, results: list) -> None:
+        """Dispatch ``queue`` to idle workers and collect results until every item has one."""
+        retried: set[int] = set()
+        while True:
+            busy = [w for w in self._slots if w.item is not None]
+            if not queue and not busy:
+                return
+            while queue and len(self._slots) < min(self.workers, len(busy) + len(queue)):
+                error = self._spawn()
+                if error is not None:
+                    self._fail(queue, results, error)
+            for w in list(self._slots):
+                if queue and w.ready and w.item is None:
+                    self._dispatch(w, items, queue, results, retried)
+            waiting = [w for w in self._slots if w.item is not None or not w.ready]
+            if not waiting:
+                continue
+            timeout = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
+            for conn in wait_for([w.conn for w in waiting], timeout):
+                self._receive(next(w for w in waiting if w.conn is conn), queue, results)
+            now = time.monotonic()
+            for w in [w for w in waiting if w in self._slots and w.deadline <= now]:
+                if w.item is not None:
+                    self.timeouts += 1
+                    log.debug("%r: a call exceeded %.3g s; killing worker %s", self, self.timeout_s, w.proc.pid)
+                    results[w.item] = CallOutcome(False, None, True)
+                    self._kill(w)
+                elif not w.ready:
+                    self._kill(w)
+                    self._fail(queue, results, f"reward worker was not ready within {self.startup_timeout_s:.0f} s")
+
+    def _dispatch(self, w: _Worker, items: list, queue: deque, results: list, retried: set[int]) -> None:
+        i = queue.popleft()
+        args, kwargs = items[i]
         try:
-            conn.send([(i, items[i]) for i in pending])
-        except (OSError, EOFError) as e:  # the worker is gone: fail the first item, restart for the rest
-            self._kill_worker()
-            results[pending[0]] = CallOutcome(False, f"reward worker pipe failed: {e!r}", False)
-            return pending[1:]
-        except Exception as e:  # an argument cannot be pickled (nothing was written)
-            if len(pending) == 1:
-                results[pending[0]] = CallOutcome(False, f"arguments cannot be sent to the worker: {e!r}", False)
-                return []
-            rest = list(pending)
-            while rest:  # one by one, so only the unpicklable items fail
-                rest = self._run_on_worker(items, rest[:1], results) + rest[1:]
-                if self._conn is None:
-                    return rest
-            return []
-        remaining = list(pending)
-        deadline = time.monotonic() + self.timeout_s
-        while remaining:
-            current = remaining[0]  # the worker answers in order
-            wait = deadline - time.monotonic()
-            try:
-                ready = conn.poll(max(wait, 0.0))
-                msg = conn.recv() if ready else None
-            except (EOFError, OSError):
-                code = None
-                if self._proc is not None:
-                    self._proc.join(1.0)  # reap it, for the exit code
-                    code = self._proc.exitcode
-                self._kill_worker()
-                results[current] = CallOutcome(False, f"reward worker died (exit code {code})", False)
-                return remaining[1:]
-            if msg is None:
-                self.timeouts += 1
-                log.debug("%r: a call exceeded %.3g s; killing worker %s", self, self.timeout_s, self.worker_pid)
-                self._kill_worker()
-                results[current] = CallOutcome(False, None, True)
-                return remaining[1:]
-            i, ok, value = msg
-            results[i] = CallOutcome(bool(ok), value, False)
-            remaining.remove(i)
-            deadline = time.monotonic() + self.timeout_s
-        return []
+            w.conn.send((i, args, kwargs))  # pickles first: an unpicklable argument writes nothing
+        except (OSError, EOFError) as e:  # the worker is gone (idle death): retry the item once
+            self._kill(w)
+            if i in retried:
+                results[i] = CallOutcome(False, f"reward worker pipe failed: {e!r}", False)
+            else:
+                retried.add(i)
+                queue.appendleft(i)
+        except Exception as e:
+            results[i] = CallOutcome(False, f"arguments cannot be sent to the worker: {e!r}", False)
+        else:
+            w.item, w.deadline = i, time.monotonic() + self.timeout_s
 
-    def _ensure_worker(self) -> str | None:
-        """Start the worker if needed; returns an error message if it cannot start."""
-        error = self._start_worker()
-        if error is not None:
-            log.warning("%r: %s", self, error)
-        return error
+    def _receive(self, w: _Worker, queue: deque, results: list) -> None:
+        try:
+            msg = w.conn.recv()
+        except (EOFError, OSError):
+            w.proc.join(1.0)  # reap it, for the exit code
+            code = w.proc.exitcode
+            if w.item is not None:
+                results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
+            self._kill(w)
+            if not w.ready:
+                self._fail(queue, results, f"the worker exited during start-up (exit code {code})")
+            return
+        if not w.ready:
+            if msg[0] == "ready":
+                w.ready = True
+                self.sandbox = msg[1]
+                _log_sandbox(msg[1])
+            else:
+                self._kill(w)
+                self._fail(queue, results, f"reward worker failed to start: {msg[1]}")
+            return
+        i, ok, value, retire = msg
+        results[i] = CallOutcome(bool(ok), value, False)
+        w.item = None
+        if retire:  # used half its CPU-seconds limit: replace it before the kernel kills it
+            self._kill(w)
 
-    def _start_worker(self) -> str | None:
-        if self._pid != os.getpid():  # we are a forked copy: the worker belongs to our parent
-            self._proc, self._conn, self._pid = None, None, os.getpid()
-        if self._proc is not None and self._proc.is_alive():
-            return None
-        self._kill_worker()
+    def _fail(self, queue: deque, results: list, error: str) -> None:
+        """Every queued item fails with ``error`` (a worker could not start)."""
+        log.warning("%r: %s", self, error)
+        while queue:
+            results[queue.popleft()] = CallOutcome(False, error, False)
+
+    # ------------------------------------------------------------------ processes
+
+    def _spawn(self) -> str | None:
+        """Start one worker (it reports ready later); returns an error message if it cannot start."""
         ctx = mp.get_context(self.start_method)
         parent_conn, child_conn = ctx.Pipe(duplex=True)
+        workdir = tempfile.mkdtemp(prefix="lit-rlvr-reward-") if self.limits is not None else None
         proc = ctx.Process(
-            target=_worker_main,
-            args=(child_conn, self.fn, self.preload, self.warmup),
+            target=worker_main,
+            args=(child_conn, self.fn, self.preload, self.warmup, workdir, self.limits or SandboxLimits(), self.cwd),
             name=f"lit-rlvr-reward-worker-{self.starts}",
             daemon=True,
         )
@@ -410,50 +419,43 @@ class TimeLimitedCaller:
             proc.start()
         except Exception as e:
             parent_conn.close()
-            child_conn.close()
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
             return f"reward worker failed to start: {e!r}"
         finally:
             _SPAWN_TLS.skip_main = False
-        child_conn.close()  # so a dead worker shows up as EOF on our end
+            child_conn.close()  # so a dead worker shows up as EOF on our end
         self.starts += 1
-        self._proc, self._conn = proc, parent_conn
-        try:
-            msg = parent_conn.recv() if parent_conn.poll(self.startup_timeout_s) else None
-        except (EOFError, OSError):
-            proc.join(1.0)
-            msg = ("init_error", f"the worker exited during start-up (exit code {proc.exitcode})")
-        if msg is None:
-            self._kill_worker()
-            return f"reward worker was not ready within {self.startup_timeout_s:.0f} s"
-        if msg[0] != "ready":
-            self._kill_worker()
-            return f"reward worker failed to start: {msg[1]}"
+        self._slots.append(_Worker(proc, parent_conn, workdir, time.monotonic() + self.startup_timeout_s))
         return None
 
-    def _kill_worker(self) -> None:
-        proc, conn = self._proc, self._conn
-        self._proc, self._conn = None, None
-        if conn is not None:
+    def _kill(self, w: _Worker) -> None:
+        """Kill ``w`` (SIGKILL: a sandboxed worker has nothing to flush) and remove its directory."""
+        if w in self._slots:
+            self._slots.remove(w)
+        try:
+            w.conn.close()
+        except Exception:
+            pass
+        if self._pid == os.getpid():
             try:
-                conn.close()
+                if w.proc.is_alive():
+                    w.proc.kill()
+                w.proc.join(2.0)
             except Exception:
                 pass
-        if proc is not None and self._pid == os.getpid():
-            try:
-                if proc.is_alive():
-                    proc.terminate()
-                    proc.join(1.0)
-                    if proc.is_alive():
-                        proc.kill()
-                proc.join(1.0)
-            except Exception:
-                pass
+            if w.workdir is not None:
+                shutil.rmtree(w.workdir, ignore_errors=True)
+
+    def _kill_all(self) -> None:
+        for w in list(getattr(self, "_slots", [])):
+            self._kill(w)
 
 
 @atexit.register
 def _close_all_workers() -> None:
     for caller in list(_LIVE_CALLERS):
         try:
-            caller._kill_worker()
+            caller._kill_all()
         except Exception:
             pass

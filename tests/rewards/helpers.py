@@ -43,3 +43,49 @@ def sleepy_reward(completion, answer, metadata):
     if completion == "hang":
         time.sleep(60)
     return 1.0
+
+
+def constant_reward(completion, answer, metadata):
+    """Returns ``metadata["value"]`` as is: a huge number, NaN, a string, ..."""
+    return metadata["value"]
+
+
+def write_file_reward(completion, answer, metadata):
+    """Untrusted code at work: writes ``metadata["path"]``; 1.0 if that worked."""
+    with open(metadata["path"], "w") as f:
+        f.write("escaped")
+    return 1.0
+
+
+def spawn_reward(completion, answer, metadata):
+    """Untrusted code at work: a child process creates ``metadata["path"]``."""
+    import subprocess
+
+    subprocess.run(["touch", metadata["path"]], check=True, timeout=5)
+    return 1.0
+
+
+def connect_reward(completion, answer, metadata):
+    """Untrusted code at work: opens a TCP connection to ``metadata["port"]`` on localhost."""
+    import socket
+
+    socket.create_connection(("127.0.0.1", metadata["port"]), timeout=2).close()
+    return 1.0
+
+
+def signal_parent_reward(completion, answer, metadata):
+    """Untrusted code at work: checks it may signal its parent (``kill(ppid, 0)``)."""
+    os.kill(os.getppid(), 0)
+    return 1.0
+
+
+def limits_reward(completion, answer, metadata):
+    """The worker's own view: working directory and hard resource limits."""
+    import resource
+
+    return {
+        "cwd": os.getcwd(),
+        "as": resource.getrlimit(resource.RLIMIT_AS)[1],
+        "cpu": resource.getrlimit(resource.RLIMIT_CPU)[1],
+        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+    }

@@ -1,8 +1,9 @@
+import sys
 import time
 
 import pytest
 
-from lit_rlvr.rewards import CallableReward, RewardScorer, RewardTimeout
+from lit_rlvr.rewards import CallableReward, RewardCallError, RewardScorer, RewardTimeout
 
 
 @pytest.mark.parametrize("path", ["tests.rewards.helpers:length_reward", "tests.rewards.helpers.length_reward"])
@@ -35,8 +36,8 @@ def test_unimportable_path_is_a_clear_error(path, match):
 
 def test_errors_propagate_from_score_and_are_counted_by_scorer():
     r = CallableReward("tests.rewards.helpers:length_reward")
-    with pytest.raises(KeyError):
-        r.score("abc", "", {})  # no "n"
+    with pytest.raises(RewardCallError, match="KeyError: 'n'"):
+        r.score("abc", "", {})  # no "n": raised in the worker
     res = RewardScorer([r]).score(["ab", "abc"], ["", ""], [{"n": 4}, {}])
     assert res.components["length_reward"].tolist() == [0.5, 0.0]
     assert res.errors == 1
@@ -69,3 +70,24 @@ def test_with_timeout_worker_errors_are_errors():
 def test_invalid_timeout():
     with pytest.raises(ValueError, match="timeout_s"):
         CallableReward("tests.rewards.helpers:length_reward", timeout_s=0)
+
+
+LOCAL_MODULE = "def local_reward(completion, answer, metadata):\n    return 0.5 if answer in completion else 0.0\n"
+
+
+def test_reward_module_in_the_working_directory_resolves(tmp_path, monkeypatch):
+    (tmp_path / "my_local_rewards.py").write_text(LOCAL_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "my_local_rewards", raising=False)
+    r = CallableReward("my_local_rewards:local_reward", timeout_s=10, workers=1)
+    try:
+        assert r.score("it is 7", "7", {}) == 0.5  # resolved again in the worker
+    finally:
+        r.close()
+
+
+def test_missing_module_error_says_how_to_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="PYTHONPATH"):
+        CallableReward("not_here_rewards:f")

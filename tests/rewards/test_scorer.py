@@ -101,7 +101,7 @@ def test_construction_is_validated():
         RewardScorer([Exact(), Length(), Exact(weight=3)])
     with pytest.raises(TypeError, match="RewardFunction"):
         RewardScorer([lambda c, a, m: 1.0])
-    with pytest.raises(ValueError, match="non-finite weight"):
+    with pytest.raises(ValueError, match="weight inf; weights must be finite"):
         RewardScorer([Exact(weight=float("inf"))])
 
 
@@ -141,3 +141,53 @@ def test_configurable_from_yaml_by_class_path():
     assert (rewards[0].timeout_s, rewards[0].extraction) == (3.0, "last_number")
     assert (rewards[1].weight, rewards[1].require_think) == (0.1, True)
     scorer.close()
+
+
+class Returns(RewardFunction):
+    """Returns ``metadata["value"]`` unchanged."""
+
+    name = "returns"
+
+    def score(self, completion, answer, metadata):
+        return metadata["value"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [1e39, -1e39, 1e30, 1e6 * (1 + 1e-6), math.nan, math.inf, -math.inf, 10**400, "0.5", "high", None, [1.0]],
+    ids=repr,
+)
+def test_invalid_or_huge_reward_scores_zero_and_is_counted(value, caplog):
+    # 1e39 overflows float32 (it used to raise "value cannot be converted to type float
+    # without overflow" and kill the run); 1e30 fits float32 but overflows the group
+    # std downstream; a string is not a number even when float() would parse it
+    scorer = RewardScorer([Returns(), Exact()])
+    with caplog.at_level(logging.WARNING, logger="lit_rlvr.rewards.base"):
+        res = scorer.score(["a", "b", "c"], ["a", "b", "x"], [{"value": 0.25}, {"value": value}, {"value": 1.0}])
+    assert res.components["returns"].tolist() == [0.25, 0.0, 1.0]
+    assert res.total.tolist() == [1.25, 1.0, 1.0]
+    assert torch.isfinite(res.total).all()
+    assert (res.errors, res.timeouts) == (1, 0)
+    assert scorer.error_counts == {"returns": 1, "exact": 0}
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "'returns'" in message and "scored 0" in message
+    if isinstance(value, float) and math.isfinite(value):
+        assert repr(value) in message  # names the value
+
+
+def test_reward_bound_is_inclusive():
+    from lit_rlvr.rewards.base import MAX_ABS_REWARD
+
+    assert MAX_ABS_REWARD == 1e6
+    res = RewardScorer([Returns()]).score(["a", "b"], ["", ""], [{"value": 1e6}, {"value": -1e6}])
+    assert res.components["returns"].tolist() == [1e6, -1e6] and res.errors == 0
+
+
+def test_huge_reward_from_a_worker_is_counted():
+    r = CallableReward("tests.rewards.helpers:constant_reward", timeout_s=5, workers=1)
+    try:
+        res = RewardScorer([r]).score(["a", "b", "c"], ["", "", ""], [{"value": 1e39}, {"value": "1"}, {"value": 2}])
+    finally:
+        r.close()
+    assert res.components["constant_reward"].tolist() == [0.0, 0.0, 2.0]
+    assert (res.errors, res.timeouts) == (2, 0)

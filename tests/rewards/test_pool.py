@@ -1,0 +1,107 @@
+"""The worker pool: default limit, concurrent scoring, a hang costs its limit once, signals."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from lit_rlvr.rewards import CallableReward, MathVerifyReward, ReasoningGymReward, RewardScorer, TimeLimitedCaller
+from tests.rewards import helpers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_reward_has_a_10s_limit_by_default():
+    rewards = [ReasoningGymReward(), CallableReward("tests.rewards.helpers:sleepy_reward"), MathVerifyReward()]
+    assert [r.timeout_s for r in rewards] == [10.0, 10.0, 10.0]
+    assert ReasoningGymReward(timeout_s=2).timeout_s == 2.0
+
+
+def test_hanging_calls_cost_the_limit_once_not_per_item():
+    # two of four calls hang: scored concurrently, the batch takes one limit (1 s),
+    # not one per hanging item plus a worker restart each (it took 55 s with 2 s before)
+    r = CallableReward("tests.rewards.helpers:sleepy_reward", timeout_s=1.0, workers=4, name="sleepy")
+    scorer = RewardScorer([r])
+    try:
+        r._caller.start()  # the four workers are up: start-up is not charged to calls
+        t0 = time.monotonic()
+        res = scorer.score(["hang", "a", "hang", "b"], [""] * 4, [{}] * 4)
+        elapsed = time.monotonic() - t0
+    finally:
+        r.close()
+    assert res.components["sleepy"].tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert (res.errors, res.timeouts) == (0, 2)
+    assert elapsed < 1.0 + 1.0, elapsed
+
+
+def test_batch_is_scored_concurrently():
+    caller = TimeLimitedCaller(helpers.sleep_then, timeout_s=5, workers=4)
+    try:
+        caller.start()
+        t0 = time.monotonic()
+        out = caller.call_many([(0.5, i) for i in range(4)])
+        elapsed = time.monotonic() - t0
+    finally:
+        caller.close()
+    assert [o.value for o in out] == [0, 1, 2, 3]
+    assert elapsed < 1.5, elapsed  # serially 2.0 s
+
+
+def test_interrupted_batch_leaves_no_stale_results(sleeper_1):
+    # a signal handler that raises (Ctrl-C, SIGTERM -> SystemExit) interrupts the wait at
+    # once; the next batch must not receive the interrupted batch's late results
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, raise_interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            sleeper_1.call_many([(1.0, "a"), (0, "b")])
+        assert time.monotonic() - t0 < 0.9
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    out = sleeper_1.call_many([(0, "x"), (0, "y")])
+    assert [o.value for o in out] == ["x", "y"]
+    time.sleep(1.2)
+    assert [o.value for o in sleeper_1.call_many([(0, "z")])] == ["z"]
+
+
+@pytest.fixture
+def sleeper_1():
+    caller = TimeLimitedCaller(helpers.sleep_then, timeout_s=5, workers=1)
+    yield caller
+    caller.close()
+
+
+def test_sigterm_is_not_blocked_by_a_waiting_call():
+    script = textwrap.dedent(
+        """
+        import signal, sys
+        from lit_rlvr.rewards import CallableReward
+        signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+        r = CallableReward("tests.rewards.helpers:sleepy_reward", timeout_s=60)
+        r.score("fine", "", {})
+        print("ready", flush=True)
+        r.score("hang", "", {})
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 143
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        proc.kill()
