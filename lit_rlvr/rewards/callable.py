@@ -6,6 +6,7 @@ from typing import Any, Optional, Sequence
 
 from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller, resolve_callable
+from lit_rlvr.rewards.worker import module_of
 
 
 def call_reward_fn(path: str, completion: str, answer: str, metadata: dict[str, Any]) -> Any:
@@ -57,7 +58,12 @@ class CallableReward(RewardFunction):
         if timeout_s is None or not float(timeout_s) > 0:
             raise ValueError(f"CallableReward: timeout_s must be > 0, got {timeout_s}")
         self.timeout_s = float(timeout_s)
-        self._caller = TimeLimitedCaller(call_reward_fn, self.timeout_s, workers=workers, sandbox=sandbox)
+        # The user's module is imported while the worker starts, not in its first call: importing
+        # it can take seconds (torch, sympy), and under load that alone would overrun timeout_s on
+        # every call of every fresh worker (each timeout kills the worker and the next one repeats it).
+        self._caller = TimeLimitedCaller(
+            call_reward_fn, self.timeout_s, preload=(module_of(fn),), workers=workers, sandbox=sandbox
+        )
 
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
         return first_or_raise(self.score_batch([completion], [answer], [metadata]))

@@ -91,3 +91,27 @@ def test_missing_module_error_says_how_to_fix(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="PYTHONPATH"):
         CallableReward("not_here_rewards:f")
+
+
+SLOW_IMPORT_MODULE = """
+import time
+time.sleep(1.5)  # an import as slow as torch's under load
+
+
+def quick_reward(completion, answer, metadata):
+    return 1.0
+"""
+
+
+def test_module_import_time_is_not_charged_to_the_first_call(tmp_path, monkeypatch):
+    """Regression: the module was imported inside the first call, so a slow import overran
+    timeout_s in every fresh worker (2-rank DDP on a loaded machine timed out on every step)."""
+    (tmp_path / "slow_import_rewards.py").write_text(SLOW_IMPORT_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "slow_import_rewards", raising=False)
+    r = CallableReward("slow_import_rewards:quick_reward", timeout_s=0.5, workers=1)
+    try:
+        assert r.score("x", "", {}) == 1.0
+        assert r._caller.timeouts == 0
+    finally:
+        r.close()
