@@ -22,13 +22,21 @@ from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 log = logging.getLogger(__name__)
 
 
+def render_prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """A chat prompt as text, ending with the assistant turn's opening (chat template if any)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+def encode_prompt_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt (a chat template already holds its special tokens)."""
+    return tokenizer(text, add_special_tokens=not getattr(tokenizer, "chat_template", None))["input_ids"]
+
+
 def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     """Token ids of a chat prompt, ending with the assistant turn's opening (chat template if any)."""
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-    text = "\n\n".join(m["content"] for m in messages) + "\n"
-    return tokenizer(text)["input_ids"]
+    return encode_prompt_text(tokenizer, render_prompt_text(tokenizer, messages))
 
 
 @dataclass
