@@ -1,7 +1,13 @@
-"""The ``lit-rlvr`` command: LightningCLI over GRPOModule and PromptDataModule.
+"""The ``lit-rlvr`` command: LightningCLI over lit-rlvr's modules and data modules.
 
     lit-rlvr fit --config configs/quickstart.yaml
     lit-rlvr fit --config configs/tiny.yaml --config configs/methods/greso.yaml
+    lit-rlvr predict --config configs/g2d/harvest.yaml      # G2D harvest
+    lit-rlvr fit --config configs/g2d/dpo.yaml              # G2D DPO
+
+``model.class_path`` picks the module (any ``PolicyModule``: GRPOModule, the default when a
+config names none; ``lit_rlvr.dpo.DPOModule``; ``lit_rlvr.g2d.HarvestModule``) and
+``data.class_path`` the data module (default ``PromptDataModule``).
 
 Configs are parsed in omegaconf mode, so they can interpolate
 (``${model.rollout.num_generations}``). Selection methods are listed under
@@ -15,14 +21,21 @@ import os
 import warnings
 from typing import Optional
 
+from lightning.pytorch import LightningDataModule
 from lightning.pytorch.cli import LightningCLI
 
-from lit_rlvr.data import PromptDataModule
-from lit_rlvr.module import GRPOModule
+from lit_rlvr.policy_module import PolicyModule
 
 
 class LitRLVRCLI(LightningCLI):
     """LightningCLI with lit-rlvr's defaults and start-up checks."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        # subclass mode: a config without class_path means GRPO on prompts, as before
+        if self.subclass_mode_model:
+            parser.set_defaults({"model": {"class_path": "lit_rlvr.module.GRPOModule"}})
+        if self.subclass_mode_data:
+            parser.set_defaults({"data": {"class_path": "lit_rlvr.data.PromptDataModule"}})
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
@@ -43,8 +56,10 @@ def main(args: Optional[list[str]] = None) -> None:
     # GRPOModule checkpoints after its optimizer steps on purpose (the state a resumed run continues from).
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     LitRLVRCLI(
-        GRPOModule,
-        PromptDataModule,
+        PolicyModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
         parser_kwargs={"parser_mode": "omegaconf"},
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,

@@ -302,6 +302,18 @@ class PromptDataModule(L.LightningDataModule):
             num_workers=0,
         )
 
+    def predict_dataloader(self) -> DataLoader:
+        """Every train prompt once, in id order, ``val_batch_size`` per pool: what a harvest
+        (``lit-rlvr predict``, G2D) samples from; Lightning's distributed sampler splits it across ranks."""
+        self.setup()
+        return DataLoader(
+            self.train_records,
+            batch_size=self.val_batch_size,
+            shuffle=False,
+            collate_fn=self.collate_val,
+            num_workers=0,
+        )
+
     # --------------------------------------------------------------- resume
     def _trainer_pools_consumed(self) -> Optional[int]:
         """Training batches the attached trainer has processed, or None without a trainer."""
