@@ -123,16 +123,18 @@ class PreferenceWriter(BasePredictionWriter):
     """Writes ``HarvestModule`` predictions as a preference dataset (see the module docstring).
 
     Args:
-        output_dir: folder of ``pairs.jsonl`` (and ``pairs.parquet``), ``summary.json``.
+        output_dir: folder of ``pairs.jsonl`` (and ``pairs.parquet``), ``summary.json``
+            (default: ``trainer.default_root_dir``).
         formats: any of "jsonl" (always written) and "parquet".
     """
 
-    def __init__(self, output_dir: str = "runs/g2d/harvest", formats: Sequence[str] = ("jsonl",)) -> None:
+    def __init__(self, output_dir: Optional[str] = None, formats: Sequence[str] = ("jsonl",)) -> None:
         super().__init__(write_interval="batch")
         unknown = sorted(set(formats) - set(FORMATS))
         if unknown:
             raise ValueError(f"PreferenceWriter.formats: {unknown} unknown; choose from {list(FORMATS)}")
-        self.output_dir = Path(output_dir)
+        self._output_dir = output_dir
+        self.output_dir = Path(output_dir or ".")
         self.formats = tuple(dict.fromkeys(["jsonl", *formats]))
         self.summary: Optional[dict[str, Any]] = None
         """The last harvest's summary (rank 0, after the predict loop)."""
@@ -145,6 +147,7 @@ class PreferenceWriter(BasePredictionWriter):
         return self._shards / f"rank{rank}.jsonl"
 
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.output_dir = Path(self._output_dir or trainer.default_root_dir)
         self._shards.mkdir(parents=True, exist_ok=True)
         self._shard(trainer.global_rank).write_text("")
 
