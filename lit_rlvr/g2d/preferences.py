@@ -127,6 +127,26 @@ class _PairStream(IterableDataset):
             yield self.dm.batch(epoch, j)
 
 
+class _PairLoader(DataLoader):
+    """The training ``DataLoader``: resumable in Lightning's sense, and with its own generator.
+
+    The position comes from the trainer's restored batch counter (the state is informational;
+    being stateful tells Lightning the stream resumes mid-epoch). The private generator keeps
+    ``iter()`` from drawing a seed from torch's global RNG, which LoRA dropout uses: a resumed
+    run then draws the same dropout masks as one never stopped.
+    """
+
+    def __init__(self, dm: "PreferenceDataModule") -> None:
+        super().__init__(_PairStream(dm), batch_size=None, num_workers=0, generator=torch.Generator().manual_seed(dm.seed))
+        self._dm = dm
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._dm.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._dm.load_state_dict(state_dict)
+
+
 class PreferenceDataModule(PromptDataModule):
     """Batches of preference pairs for training; held-out prompts from ``source`` for validation.
 
@@ -195,4 +215,4 @@ class PreferenceDataModule(PromptDataModule):
 
     def train_dataloader(self) -> DataLoader:
         self.setup()
-        return DataLoader(_PairStream(self), batch_size=None, num_workers=0)
+        return _PairLoader(self)
