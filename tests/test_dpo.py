@@ -186,3 +186,21 @@ def test_resume_mid_epoch_continues_as_if_never_stopped(tmp_path):
         b = [float(r[key]) for r in first + resumed]
         assert a == pytest.approx(b, rel=1e-5, abs=1e-6), key
     assert not any(math.isnan(float(r["dpo/loss"])) for r in straight)
+
+
+@pytest.mark.slow  # two processes on CPU: about a minute on a shared 2-core machine (pytest -m slow)
+def test_dpo_runs_on_two_ddp_ranks(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    _write(tmp_path / "pairs.jsonl", _pairs(5))  # 5 pairs, 2 per rank: 2 steps per epoch, the last one wrapped
+    cmd = [sys.executable, "-m", "lit_rlvr.cli", *DPO, "--trainer.strategy=ddp", "--trainer.devices=2",
+           "--trainer.max_epochs=1", "--trainer.logger.save_dir=runs", "--model.export_dir=null"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    (path,) = glob.glob(str(tmp_path / "runs" / "csv" / "version_*" / "metrics.csv"))
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    assert len([r for r in rows if r.get("dpo/loss")]) == 2
+    assert len([r for r in rows if r.get("val/pass@1")]) >= 1
