@@ -114,6 +114,9 @@ class DPOModule(PolicyModule):
         # for lit_rlvr.g2d.ComputeMeter: tokens through forward+backward (policy) and forward only (reference)
         return {"loss": loss, "train_tokens": tokens, "forward_tokens": tokens}
 
+    def on_validation_start(self) -> None:
+        self.engine.sync_weights(self.policy)  # a vLLM engine holds its own copy of the weights
+
     def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         clip = gradient_clip_val if gradient_clip_val is not None else self.optimizer_settings.max_grad_norm
         if clip is not None:
