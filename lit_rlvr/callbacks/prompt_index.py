@@ -1,0 +1,223 @@
+"""A cosine k-nearest-neighbour index over prompt embeddings, keyed by prompt id (FAISS).
+
+LEEPS (``callbacks/leeps.py``) asks it for each explore candidate's k nearest prompts.
+Vectors are L2-normalised, so inner product is cosine similarity. FAISS holds the only
+copy of the vectors (one row each); a flat ``PromptTable`` maps prompt id → row and
+records the step each prompt was embedded at.
+
+Updates are incremental: a new prompt appends a row; a refreshed prompt appends a new
+row and its old row becomes *stale*, excluded from every search by an ``IDSelectorBitmap``
+(so results stay exact for the flat index), until stale rows outnumber live ones and
+the index is rebuilt from its live rows (amortised O(1) per update, no rebuild per step).
+
+Cosine weights are recomputed in float64 numpy from the stored vectors for the
+neighbours FAISS returns: the weights are then independent of FAISS's blocking and row
+layout, identical on every rank and after a resume (which rebuilds a compacted index).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+
+from lit_rlvr.callbacks.state import PromptTable
+
+__all__ = ["PromptIndex", "import_faiss"]
+
+_FIX = "install it with `pip install faiss-cpu` (a lit-rlvr dependency; `faiss-gpu` works too)"
+
+
+def import_faiss() -> Any:
+    """``import faiss``, or an ImportError naming the cause and the fix."""
+    try:
+        import faiss
+    except ImportError as err:  # pragma: no cover - exercised by monkeypatching sys.modules
+        raise ImportError(f"LEEPS keeps its prompt index in FAISS, but `import faiss` failed ({err}): {_FIX}") from err
+    return faiss
+
+
+@contextlib.contextmanager
+def _one_faiss_thread(faiss: Any) -> Iterator[None]:
+    """HNSW insertion is order-dependent under OpenMP: build it on one thread so every rank builds the same graph."""
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    """[n, D] float32 rows scaled to unit L2 norm (all-zero rows stay zero)."""
+    v = np.asarray(vectors, dtype=np.float32)
+    norm = np.linalg.norm(v, axis=1, keepdims=True)
+    return np.divide(v, norm, out=np.zeros_like(v), where=norm > 0)
+
+
+class PromptIndex:
+    """Exact (``IndexFlatIP``) or approximate (``IndexHNSWFlat``) cosine search over prompt ids.
+
+    Args:
+        kind: "flat" (exact inner product, the default) or "hnsw" (approximate, for large pools).
+        hnsw_m: HNSW graph degree M.
+        hnsw_ef_search: HNSW search breadth efSearch (larger: slower, closer to exact).
+        hnsw_ef_construction: HNSW build breadth efConstruction.
+    """
+
+    def __init__(self, kind: str = "flat", hnsw_m: int = 32, hnsw_ef_search: int = 64, hnsw_ef_construction: int = 40) -> None:
+        if kind not in ("flat", "hnsw"):
+            raise ValueError(f"LEEPS.index must be 'flat' (exact) or 'hnsw' (approximate), got {kind!r}")
+        self.faiss = import_faiss()
+        self.kind = kind
+        self.hnsw_m, self.hnsw_ef_search, self.hnsw_ef_construction = int(hnsw_m), int(hnsw_ef_search), int(hnsw_ef_construction)
+        self.dim: Optional[int] = None
+        self.table = PromptTable({"row": (np.int64, -1), "embedded_step": (np.int64, -1)})
+        self.row_ids = np.zeros(0, dtype=np.int64)
+        """[R] prompt id of each FAISS row, −1 for a stale row."""
+        self._index: Any = None
+
+    # ------------------------------------------------------------------ queries
+
+    def __len__(self) -> int:
+        """Prompts embedded (live rows)."""
+        return int((self.row_ids >= 0).sum())
+
+    def embedded_step(self, ids: Any) -> np.ndarray:
+        """[n] step each prompt id was last embedded at (−1: never)."""
+        return self.table.get("embedded_step", np.asarray(ids, dtype=np.int64)).copy()
+
+    def vectors(self, ids: Any) -> np.ndarray:
+        """[n, D] float32 unit vectors of embedded prompt ids."""
+        rows = self.table.get("row", np.asarray(ids, dtype=np.int64))
+        if (rows < 0).any():
+            raise KeyError("PromptIndex.vectors: some prompt ids are not embedded")
+        return self._index.reconstruct_batch(rows) if len(rows) else np.zeros((0, self.dim or 0), np.float32)
+
+    def search(self, ids: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k nearest other prompts of each embedded prompt id in ``ids``.
+
+        Returns (neighbour ids [Q, k] int64, −1 where fewer than k exist; cosine [Q, k]
+        float64, recomputed exactly from the vectors, 0 where no neighbour).
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        q = len(ids)
+        out_ids = np.full((q, k), -1, dtype=np.int64)
+        out_cos = np.zeros((q, k), dtype=np.float64)
+        if q == 0 or k == 0 or self._index is None:
+            return out_ids, out_cos
+        query = self.vectors(ids)  # [Q, D]
+        live = self.row_ids >= 0  # [R]
+        params, keepalive = self._search_params(live)
+        _, rows = self._index.search(query, k + 1, params=params)  # [Q, k+1]; self is among them
+        nbr = np.where(rows >= 0, self.row_ids[np.maximum(rows, 0)], -1)  # [Q, k+1] prompt ids
+        nbr[nbr == ids[:, None]] = -1  # not its own neighbour
+        # Keep the first k valid neighbours of each row, in FAISS's order.
+        valid = nbr >= 0
+        rank = np.cumsum(valid, axis=1) - 1  # [Q, k+1]
+        take = valid & (rank < k)
+        qi, ci = np.nonzero(take)
+        out_ids[qi, rank[qi, ci]] = nbr[qi, ci]
+        got = out_ids >= 0
+        if got.any():
+            nvec = self.vectors(out_ids[got]).astype(np.float64)  # [M, D]
+            qvec = np.repeat(query.astype(np.float64), got.sum(axis=1), axis=0)  # [M, D]
+            out_cos[got] = np.einsum("md,md->m", nvec, qvec)
+        del keepalive
+        return out_ids, out_cos
+
+    # ------------------------------------------------------------------ updates
+
+    def upsert(self, ids: Any, vectors: np.ndarray, step: int) -> None:
+        """Add (or refresh) distinct prompt ids with [n, D] vectors (normalised here) embedded at ``step``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            return
+        vectors = normalise(vectors)
+        self._ensure_dim(vectors.shape[1])
+        old = self.table.get("row", ids)
+        self.row_ids[old[old >= 0]] = -1  # refreshed: old rows go stale
+        start = len(self.row_ids)
+        self._add(vectors)
+        self.row_ids = np.concatenate([self.row_ids, ids])
+        self.table.set("row", ids, np.arange(start, start + len(ids)))
+        self.table.set("embedded_step", ids, step)
+        if (self.row_ids < 0).sum() > max(len(self), 1024):
+            self._compact()
+
+    def _ensure_dim(self, dim: int) -> None:
+        if self.dim is None:
+            self.dim = int(dim)
+            self._index = self._new_index()
+        elif dim != self.dim:
+            raise ValueError(f"PromptIndex holds {self.dim}-dimensional embeddings, got {dim}-dimensional ones")
+
+    def _new_index(self) -> Any:
+        f = self.faiss
+        if self.kind == "flat":
+            return f.IndexFlatIP(self.dim)
+        index = f.IndexHNSWFlat(self.dim, self.hnsw_m, f.METRIC_INNER_PRODUCT)
+        index.hnsw.efSearch = self.hnsw_ef_search
+        index.hnsw.efConstruction = self.hnsw_ef_construction
+        return index
+
+    def _add(self, vectors: np.ndarray) -> None:
+        if self.kind == "hnsw":
+            with _one_faiss_thread(self.faiss):
+                self._index.add(vectors)
+        else:
+            self._index.add(vectors)
+
+    def _search_params(self, live: np.ndarray) -> tuple[Any, Any]:
+        """FAISS search parameters excluding stale rows (None when there are none), and what must stay alive."""
+        f = self.faiss
+        if live.all():
+            if self.kind == "hnsw":
+                return f.SearchParametersHNSW(efSearch=self.hnsw_ef_search), None
+            return None, None
+        bitmap = np.packbits(live, bitorder="little")
+        sel = f.IDSelectorBitmap(len(live), f.swig_ptr(bitmap))
+        if self.kind == "hnsw":
+            return f.SearchParametersHNSW(sel=sel, efSearch=self.hnsw_ef_search), (bitmap, sel)
+        return f.SearchParameters(sel=sel), (bitmap, sel)
+
+    def _compact(self) -> None:
+        """Rebuild from the live rows, in row order."""
+        live_rows = np.flatnonzero(self.row_ids >= 0)
+        ids = self.row_ids[live_rows]
+        vectors = self._index.reconstruct_batch(live_rows) if len(live_rows) else np.zeros((0, self.dim), np.float32)
+        self._load(ids, vectors)
+
+    def _load(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        self._index = self._new_index()
+        if len(ids):
+            self._add(np.ascontiguousarray(vectors, dtype=np.float32))
+        self.row_ids = ids.astype(np.int64).copy()
+        self.table.set("row", ids, np.arange(len(ids)))
+
+    # ------------------------------------------------------------------ checkpoint
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The live vectors in row order (4·D bytes a prompt) and each id's embedding step."""
+        live_rows = np.flatnonzero(self.row_ids >= 0)
+        vectors = self._index.reconstruct_batch(live_rows) if len(live_rows) else np.zeros((0, self.dim or 0), np.float32)
+        return {
+            "ids": torch.from_numpy(self.row_ids[live_rows].copy()),
+            "vectors": torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)),
+            "embedded_step": torch.from_numpy(self.table["embedded_step"].copy()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ids = np.asarray(torch.as_tensor(state.get("ids", torch.zeros(0, dtype=torch.long))).numpy(), dtype=np.int64)
+        vectors = np.asarray(torch.as_tensor(state.get("vectors", torch.zeros(0, 0))).numpy(), dtype=np.float32)
+        self.table = PromptTable({"row": (np.int64, -1), "embedded_step": (np.int64, -1)})
+        if "embedded_step" in state:
+            steps = torch.as_tensor(state["embedded_step"]).numpy()
+            self.table.load_state_dict({"embedded_step": steps, "row": np.full(len(steps), -1)})
+        self.dim = int(vectors.shape[1]) if len(ids) else None
+        self._index = self._new_index() if self.dim else None
+        self.row_ids = np.zeros(0, dtype=np.int64)
+        if len(ids):
+            self._load(ids, vectors)
