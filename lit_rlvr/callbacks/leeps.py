@@ -75,7 +75,7 @@ def split_slots(batch_size: int, ratios: tuple[float, float], available: tuple[i
     r_exploit, r_explore = (max(float(r), 0.0) for r in ratios)
     share = 0.5 if r_exploit + r_explore <= 0 else r_exploit / (r_exploit + r_explore)
     least = min(math.ceil(floor * b - 1e-9), b // 2)
-    n_exploit = min(max(int(math.floor(b * share + 0.5)), least), b - least)
+    n_exploit = min(max(int(math.floor(b * share + 0.5 + 1e-9)), least), b - least)
     a_exploit, a_explore = (int(a) for a in available)
     n_exploit = min(n_exploit, a_exploit)
     n_explore = min(b - n_exploit, a_explore)
@@ -187,12 +187,12 @@ class LEEPS(PromptSelector):
                 "alpha": (np.float64, self.prior_alpha),
                 "beta": (np.float64, self.prior_beta),
                 "last_step": (np.int64, -1),  # step of the last observed group, −1: none
-                "last_success": (np.float64, np.nan),  # its success rate
+                "last_success": (np.float64, 0.0),  # its success rate (valid where last_step >= 0)
                 "last_var": (np.float64, 0.0),  # its reward variance (population)
                 "last_nontrivial": (np.bool_, False),  # it had reward variance: the exploit portfolio
                 "predicted_step": (np.int64, -1),  # step of the last explore prediction
-                "predicted": (np.float64, np.nan),  # p̂ then (own + neighbours)
-                "predicted_own": (np.float64, np.nan),  # α/(α+β) then (own history only)
+                "predicted": (np.float64, 0.0),  # p̂ then (own + neighbours; valid where predicted_step >= 0)
+                "predicted_own": (np.float64, 0.0),  # α/(α+β) then (own history only)
             }
         )
         self.window_nontrivial = np.zeros((self.window, 2), dtype=np.int64)
