@@ -364,7 +364,7 @@ def test_minilm_encoder_offline(monkeypatch):
 # --------------------------------------------------------------------------- real fits
 
 
-@pytest.mark.parametrize("method", ["leeps", "leeps_pods"])
+@pytest.mark.parametrize("method", ["leeps_pods"])  # LEEPS + DynamicSampling + PODS
 def test_resumed_fit_makes_the_same_selections(tmp_path, method):
     straight = _fit(tmp_path / "straight", method, 4)
     _fit(tmp_path / "first", method, 2)
@@ -387,5 +387,6 @@ def test_two_ddp_ranks_make_identical_selections(tmp_path):
     rank1 = torch.load(tmp_path / "selector_dump" / "rank1.pt", weights_only=False)
     assert sorted(rank0["keeps"]) == list(range(4))
     _assert_same(rank0["keeps"], rank1["keeps"], "keeps")
-    _assert_same(rank0["states"], rank1["states"])
+    # LEEPS's state (index vectors included); PODS counts its own rank's drops, so it is not compared
+    _assert_same(rank0["states"]["LEEPS"], rank1["states"]["LEEPS"], "LEEPS")
     assert len(rank0["states"]["LEEPS"]["index"]["ids"]) > 0
