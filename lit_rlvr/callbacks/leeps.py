@@ -314,7 +314,9 @@ class LEEPS(PromptSelector):
         ids = pool.ids.numpy()[eligible]  # [E]
         exploit = self.table.get("last_nontrivial", ids)  # [E] bool
         ex_idx, xp_idx = np.flatnonzero(exploit), np.flatnonzero(~exploit)
+        t_query = time.perf_counter()
         est = self.predict(ids[xp_idx])  # [X] each
+        query_s = time.perf_counter() - t_query
         ratios = self.nontrivial_ratios()
         n_exploit, n_explore = split_slots(pool.batch_size, ratios, (len(ex_idx), len(xp_idx)), self.floor)
         ex_pick = ex_idx[np.argsort(-self.table.get("last_var", ids[ex_idx]), kind="stable")[:n_exploit]]
@@ -342,6 +344,7 @@ class LEEPS(PromptSelector):
                 "neighbour_hit_rate": float(est["neighbours_seen"].sum() / slots) if slots else float("nan"),
                 "p_hat_selected_mean": float(p_hat[xp_order].mean()) if len(xp_order) else float("nan"),
                 "index_size": float(len(self.index)),
+                "query_s": query_s,
                 "select_s": time.perf_counter() - t0,
             }
         )

@@ -5,10 +5,12 @@ Vectors are L2-normalised, so inner product is cosine similarity. FAISS holds th
 copy of the vectors (one row each); a flat ``PromptTable`` maps prompt id → row and
 records the step each prompt was embedded at.
 
-Updates are incremental: a new prompt appends a row; a refreshed prompt appends a new
-row and its old row becomes *stale*, excluded from every search by an ``IDSelectorBitmap``
-(so results stay exact for the flat index), until stale rows outnumber live ones and
-the index is rebuilt from its live rows (amortised O(1) per update, no rebuild per step).
+Updates are incremental, never a rebuild per step: a new prompt appends a row. A
+refreshed prompt overwrites its row in place in the flat index (its storage is a plain
+[R, D] array; a search filter would cost the flat index its BLAS path). HNSW cannot move
+a node, so there a refreshed prompt appends a new row and the old one becomes *stale*,
+excluded from searches by an ``IDSelectorBitmap`` until stale rows outnumber live ones
+and the index is rebuilt from its live rows (amortised O(1) per update).
 
 Cosine weights are recomputed in float64 numpy from the stored vectors for the
 neighbours FAISS returns: the weights are then independent of FAISS's blocking and row
@@ -138,14 +140,24 @@ class PromptIndex:
         vectors = normalise(vectors)
         self._ensure_dim(vectors.shape[1])
         old = self.table.get("row", ids)
-        self.row_ids[old[old >= 0]] = -1  # refreshed: old rows go stale
+        self.table.set("embedded_step", ids, step)
+        if self.kind == "flat":  # a flat index is a plain [R, D] array: refresh rows in place
+            again = old >= 0
+            self._flat_rows()[old[again]] = vectors[again]
+            ids, vectors = ids[~again], vectors[~again]
+        else:  # HNSW cannot move a node: refreshed prompts get a new row, the old one goes stale
+            self.row_ids[old[old >= 0]] = -1
         start = len(self.row_ids)
         self._add(vectors)
         self.row_ids = np.concatenate([self.row_ids, ids])
         self.table.set("row", ids, np.arange(start, start + len(ids)))
-        self.table.set("embedded_step", ids, step)
         if (self.row_ids < 0).sum() > max(len(self), 1024):
             self._compact()
+
+    def _flat_rows(self) -> np.ndarray:
+        """[R, D] float32 view of the flat index's storage (writes go straight into the index)."""
+        f, ix = self.faiss, self._index
+        return f.rev_swig_ptr(ix.get_xb(), ix.ntotal * ix.d).reshape(ix.ntotal, ix.d)
 
     def _ensure_dim(self, dim: int) -> None:
         if self.dim is None:
@@ -164,6 +176,8 @@ class PromptIndex:
         return index
 
     def _add(self, vectors: np.ndarray) -> None:
+        if len(vectors) == 0:
+            return
         if self.kind == "hnsw":
             with _one_faiss_thread(self.faiss):
                 self._index.add(vectors)
