@@ -17,7 +17,7 @@ Embedding forwards are timed separately (``--embed-models``): ``PolicyEncoder`` 
 ``--embed-prompts`` short arithmetic prompts, per prompt.
 
     OMP_NUM_THREADS=1 python scripts/bench_leeps_overhead.py
-    python scripts/bench_leeps_overhead.py --num-prompts 10000 100000 --index flat hnsw --steps 5
+    python scripts/bench_leeps_overhead.py --num-prompts 10000 100000 --index flat-torch hnsw --steps 5
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def prefill(sel: LEEPS, n: int, dim: int, refresh_every: int, rng: np.random.Gen
 
 def run(n: int, dim: int, pool_size: int, steps: int, index: str, group_size: int, seed: int) -> dict[str, list[float]]:
     rng = np.random.default_rng(seed)
-    sel = LEEPS(index=index)
+    sel = LEEPS(index="flat" if index == "flat-torch" else index, search_backend="torch" if index == "flat-torch" else "faiss")
     sel.encoder = _NoEncoder(dim)
     sel.setup_selection(None, SimpleNamespace(), [sel])
     build = prefill(sel, n, dim, sel.refresh_every, rng)
@@ -135,7 +135,8 @@ def bench_embedding(models: list[str], num_prompts: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-prompts", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--index", nargs="+", default=["flat", "hnsw"], choices=["flat", "hnsw"])
+    parser.add_argument("--index", nargs="+", default=["flat", "flat-torch", "hnsw"], choices=["flat", "flat-torch", "hnsw"],
+                        help="flat-torch: the flat index searched by torch matmul + topk (search_backend: torch)")
     parser.add_argument("--hnsw-max", type=int, default=100_000, help="skip HNSW above this N (single-thread build time)")
     parser.add_argument("--dim", type=int, default=576)
     parser.add_argument("--pool", type=int, default=256, help="candidates per step (B = pool / 4)")
@@ -151,7 +152,7 @@ def main() -> None:
     faiss.omp_set_num_threads(1)
     print(f"torch {torch.__version__}, faiss {faiss.__version__}, 1 thread; D={args.dim}, pool={args.pool}, "
           f"B={args.pool // 4}, G={args.group_size}, k=16, {args.steps} steps")
-    print(f"{'N':>9s} {'index':>5s} {'build s':>8s} {'update ms':>10s} {'query ms':>10s} {'select ms':>10s} "
+    print(f"{'N':>9s} {'index':>10s} {'build s':>8s} {'update ms':>10s} {'query ms':>10s} {'select ms':>10s} "
           f"{'observe ms':>10s} {'total ms':>10s} {'upserted':>8s} {'explore':>7s} {'hit rate':>8s}")
     for kind in args.index:
         for n in args.num_prompts:
@@ -160,7 +161,7 @@ def main() -> None:
             r = run(n, args.dim, args.pool, args.steps, kind, args.group_size, args.seed)
             med = {k: float(np.median(v)) for k, v in r.items()}
             total = med["update"] + med["select"] + med["observe"]
-            print(f"{n:9d} {kind:>5s} {r['build'][0]:8.1f} {1e3 * med['update']:10.2f} {1e3 * med['query']:10.2f} "
+            print(f"{n:9d} {kind:>10s} {r['build'][0]:8.1f} {1e3 * med['update']:10.2f} {1e3 * med['query']:10.2f} "
                   f"{1e3 * med['select']:10.2f} {1e3 * med['observe']:10.2f} {1e3 * total:10.2f} {med['upserted']:8.0f} "
                   f"{med['explore']:7.0f} {med['hit']:8.2f}", flush=True)
     if args.embed_models:

@@ -131,6 +131,7 @@ class LEEPS(PromptSelector):
         index: "flat" (exact IndexFlatIP) or "hnsw" (approximate).
         hnsw_m: HNSW graph degree (32).
         hnsw_ef_search: HNSW search breadth (64).
+        search_backend: "faiss" (default) or "torch": who searches the flat index (both exact).
         reembed_on_mismatch: on resume with embeddings of another dimension (another model or
             encoder), drop them and re-embed instead of failing.
     """
@@ -153,6 +154,7 @@ class LEEPS(PromptSelector):
         index: str = "flat",
         hnsw_m: int = 32,
         hnsw_ef_search: int = 64,
+        search_backend: str = "faiss",
         reembed_on_mismatch: bool = False,
     ) -> None:
         super().__init__()
@@ -166,6 +168,8 @@ class LEEPS(PromptSelector):
             (prior_alpha > 0 and prior_beta > 0, f"LEEPS.prior_alpha and prior_beta must be > 0, got {prior_alpha!r}, {prior_beta!r}"),
             (encoder in ("policy", "minilm"), f"LEEPS.encoder must be 'policy' or 'minilm', got {encoder!r}"),
             (index in ("flat", "hnsw"), f"LEEPS.index must be 'flat' (exact) or 'hnsw' (approximate), got {index!r}"),
+            (search_backend == "faiss" or (search_backend == "torch" and index == "flat"),
+             f"LEEPS.search_backend must be 'faiss', or 'torch' with index: flat; got {search_backend!r} with index: {index}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -178,6 +182,7 @@ class LEEPS(PromptSelector):
         self.encoder_name, self.encoder_path, self.layer = encoder, encoder_path, int(layer)
         self.embed_batch_size = int(embed_batch_size)
         self.index_kind, self.hnsw_m, self.hnsw_ef_search = index, int(hnsw_m), int(hnsw_ef_search)
+        self.search_backend = search_backend
         self.reembed_on_mismatch = bool(reembed_on_mismatch)
         self.encoder: Optional[PromptEncoder] = None
         """Built at setup; tests may set their own (anything with ``refreshes``, ``dim``, ``encode``)."""
@@ -224,11 +229,14 @@ class LEEPS(PromptSelector):
                     "Resume with the same model.policy and LEEPS.encoder, or set LEEPS.reembed_on_mismatch: true "
                     "to drop the stored embeddings and re-embed"
                 )
-            self.index = PromptIndex(self.index_kind, self.hnsw_m, self.hnsw_ef_search)
+            self.index = self._new_index()
+
+    def _new_index(self) -> PromptIndex:
+        return PromptIndex(self.index_kind, self.hnsw_m, self.hnsw_ef_search, search_backend=self.search_backend)
 
     def _ensure_index(self) -> PromptIndex:
         if self.index is None:
-            self.index = PromptIndex(self.index_kind, self.hnsw_m, self.hnsw_ef_search)
+            self.index = self._new_index()
             if self._pending_index is not None:
                 self.index.load_state_dict(self._pending_index)
                 self._pending_index = None

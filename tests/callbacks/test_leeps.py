@@ -110,11 +110,12 @@ def brute_force_q(vectors, ids, seen_rate, k):
 
 
 @pytest.mark.parametrize("refresh", [False, True])
-def test_neighbour_estimate_equals_brute_force(refresh):
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_neighbour_estimate_equals_brute_force(refresh, backend):
     rng = np.random.default_rng(1)
     n, d, k = 300, 16, 16
     vectors = rng.normal(size=(n, d)).astype(np.float32)
-    sel = leeps_with(vectors, k=k)
+    sel = leeps_with(vectors, k=k, search_backend=backend)
     sel.index.upsert(np.arange(n), vectors, step=0)
     if refresh:  # stale rows and a compaction on the way
         new = rng.normal(size=(n, d)).astype(np.float32)
@@ -253,15 +254,16 @@ def _drive(sel, steps):
     return kept
 
 
-@pytest.mark.parametrize("index", ["flat", "hnsw"])
-def test_state_dict_roundtrip_gives_the_same_selections(index):
+@pytest.mark.parametrize("index, backend", [("flat", "faiss"), ("flat", "torch"), ("hnsw", "faiss")])
+def test_state_dict_roundtrip_gives_the_same_selections(index, backend):
     vectors = np.random.default_rng(2).normal(size=(60, 8))
-    straight = leeps_with(vectors, k=4, refresh_every=2, index=index)
+    settings = dict(k=4, refresh_every=2, index=index, search_backend=backend)
+    straight = leeps_with(vectors, **settings)
     kept_straight = _drive(straight, range(6))
-    first = leeps_with(vectors, k=4, refresh_every=2, index=index)
+    first = leeps_with(vectors, **settings)
     _drive(first, range(3))
     saved = torch.load(_save(first.state_dict()), weights_only=True)
-    resumed = LEEPS(k=4, refresh_every=2, index=index)
+    resumed = LEEPS(**settings)
     resumed.load_state_dict(saved)
     resumed.encoder = TableEncoder(vectors)
     resumed.setup_selection(None, module(3), [resumed])
@@ -311,6 +313,8 @@ def test_bad_settings_name_the_flag():
         LEEPS(index="ivf")
     with pytest.raises(ValueError, match="LEEPS.encoder"):
         LEEPS(encoder="bert")
+    with pytest.raises(ValueError, match="LEEPS.search_backend"):
+        LEEPS(index="hnsw", search_backend="torch")
 
 
 def test_hnsw_matches_flat_on_a_small_index():
