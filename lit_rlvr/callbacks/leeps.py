@@ -24,7 +24,8 @@ Pre-rollout selection of B prompts from the step's candidate pool (``data.pool_m
   final prompt token, for candidates never embedded or embedded ≥ R steps ago, in batched
   no-grad forwards; or the offline MiniLM (``encoder: minilm``, embedded once).
 * **Index** (``callbacks/prompt_index.py``): FAISS ``IndexFlatIP`` over L2-normalised
-  vectors (exact cosine), ``index: hnsw`` for large pools; updated incrementally.
+  vectors (exact cosine), ``index: hnsw`` for large pools, ``search_backend: torch`` to
+  search the flat index by an exact torch matmul; updated incrementally.
 
 Choices the paper leaves open, each a constructor argument (METHODS.md, "unconfirmed"):
 k = 16, R = 50, window = 10 steps, floor = 0.1·B (rounded up), the layer (−1), the
@@ -37,7 +38,7 @@ vectors are broadcast, so every rank holds the same index; observations are gath
 from every rank before any update. Checkpoint: the embedding vectors themselves (policy
 embeddings cannot be recomputed after the policy moved): 4·D bytes per embedded prompt,
 2.3 GB at 1M prompts with SmolLM2-135M (D = 576), 1.5 GB with MiniLM (D = 384), plus
-about 60 bytes per prompt id of table columns.
+81 bytes per prompt id of table columns (81 MB at 1M).
 """
 
 from __future__ import annotations
