@@ -53,6 +53,8 @@ class PromptRecord:
     """Reference answer the reward compares against."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Extras for the reward (a reasoning-gym entry's metadata, a dataset row); holds "question"."""
+    solution: Optional[str] = None
+    """Reference solution text (OC-GRPO's guided prompts); None: this prompt is never guided."""
 
 
 class PromptSource(abc.ABC):
@@ -92,9 +94,13 @@ class PromptSource(abc.ABC):
             raise ValueError(
                 f"{self!r}: {len(kept)} train prompts do not fit below the validation id offset {VAL_ID_OFFSET}"
             )
-        train = [PromptRecord(i, q, a, m) for i, (q, a, m) in enumerate(kept)]
-        val = [PromptRecord(VAL_ID_OFFSET + i, q, a, m) for i, (q, a, m) in enumerate(val_raw)]
+        train = [PromptRecord(i, q, a, m, self._solution(a, m)) for i, (q, a, m) in enumerate(kept)]
+        val = [PromptRecord(VAL_ID_OFFSET + i, q, a, m, self._solution(a, m)) for i, (q, a, m) in enumerate(val_raw)]
         return {"train": train, "validation": val}
+
+    def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
+        """The reference solution of one row (None: none); sources that have them override this."""
+        return None
 
 
 class ReasoningGymSource(PromptSource):
@@ -108,6 +114,8 @@ class ReasoningGymSource(PromptSource):
     asked for beyond their length). Several tasks are concatenated task by task.
     Metadata is the entry's reasoning-gym metadata (which names its
     "source_dataset", so the reasoning-gym reward can score it) plus "question".
+    Reference solutions come from the entry (``lit_rlvr.data.solutions``: gsm_symbolic's
+    worked solution, basic_arithmetic/chain_sum's expression evaluated step by step).
 
     Args:
         tasks: a reasoning-gym dataset name, or a list of names to mix
@@ -209,6 +217,11 @@ class ReasoningGymSource(PromptSource):
             val.extend(task_val)
         return train, val
 
+    def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
+        from lit_rlvr.data.solutions import reasoning_gym_solution
+
+        return reasoning_gym_solution(answer, metadata)
+
     @staticmethod
     def _triple(entry: dict[str, Any]) -> tuple[str, str, dict]:
         meta = dict(entry.get("metadata") or {})
@@ -243,6 +256,9 @@ class HFDatasetSource(PromptSource):
             Empty: the column is the answer. (A ``str``, not ``Optional[str]``: the
             CLI's parser reads an ``Optional[str]`` value starting with ``#`` as a
             YAML comment, i.e. None.)
+        solution_field: column holding a reference solution (text) for OC-GRPO's guided
+            prompts; every row must have one (missing, empty or not text fails naming
+            the file and row). Empty: no solutions.
         data_files: passed to ``datasets.load_dataset`` (a path, list or
             ``{split: path}``), with ``path`` a builder name.
         seed: seed of the validation carve when ``val_split`` is None.
@@ -258,6 +274,7 @@ class HFDatasetSource(PromptSource):
         prompt_field: str = "question",
         answer_field: str = "answer",
         answer_regex: str = "",
+        solution_field: str = "",
         data_files: Optional[Union[str, list[str], dict[str, Union[str, list[str]]]]] = None,
         seed: int = 42,
     ) -> None:
@@ -270,6 +287,7 @@ class HFDatasetSource(PromptSource):
         self.prompt_field = prompt_field
         self.answer_field = answer_field
         self.answer_regex = answer_regex
+        self.solution_field = solution_field
         self.data_files = data_files
         self.seed = int(seed)
         if val_split is None and (val_size is None or val_size < 1):
@@ -323,7 +341,8 @@ class HFDatasetSource(PromptSource):
 
     def _rows(self, ds, where: str, split: str) -> list[tuple[str, str, dict]]:
         cols = set(ds.column_names)
-        for fld, flag in ((self.prompt_field, "prompt_field"), (self.answer_field, "answer_field")):
+        wanted = [(self.prompt_field, "prompt_field"), (self.answer_field, "answer_field")]
+        for fld, flag in wanted + ([(self.solution_field, "solution_field")] if self.solution_field else []):
             if fld not in cols:
                 raise ValueError(
                     f"{where}, split {split!r}: no column {fld!r} (`{flag}`); columns are {sorted(cols)}"
@@ -336,6 +355,8 @@ class HFDatasetSource(PromptSource):
                 if val is None or (isinstance(val, str) and not val.strip()):
                     what = "missing" if val is None else "empty"
                     raise ValueError(f"{where}, split {split!r}, row {i} (0-based): field {fld!r} is {what}")
+            if self.solution_field:
+                _check_solution(row.get(self.solution_field), f"{where}, split {split!r}, row {i} (0-based)", self.solution_field)
             q = str(q)
             a = str(a)
             meta = dict(row)
@@ -356,6 +377,9 @@ class HFDatasetSource(PromptSource):
                     )
             out.append((q, a, meta))
         return out
+
+    def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
+        return metadata[self.solution_field].strip() if self.solution_field else None
 
     def _where(self) -> str:
         if self._is_local_file(self.path):
@@ -396,3 +420,13 @@ class HFDatasetSource(PromptSource):
         val = self._rows(val_ds, val_where, val_split_name)
         return train, val
 
+
+
+def _check_solution(value: Any, where: str, field_name: str) -> None:
+    """A reference solution must be non-empty text: fail naming the file, row and field otherwise."""
+    if value is None:
+        raise ValueError(f"{where}: field {field_name!r} (`solution_field`) is missing")
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: field {field_name!r} (`solution_field`) is not text: {type(value).__name__} {value!r:.60}")
+    if not value.strip():
+        raise ValueError(f"{where}: field {field_name!r} (`solution_field`) is empty")
