@@ -35,6 +35,7 @@ from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rollout import SamplingConfig
 from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats
 from lit_rlvr.settings import EvalSettings, LossSettings, OptimizerSettings, RolloutSettings
+from lit_rlvr.rollout.revise import revise
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class GRPOModule(PolicyModule):
         # 1. pre-rollout: Lightning has already run every PromptSelector's on_train_batch_start on `pool`.
         # 2-3. rollout + reward: rounds of batched generation, each scored, as the allocator plans.
         batch, rollout_stats = self._rollout(pool)
+        batch = revise(self, batch, rollout_stats)  # 3b. revise: a GroupReviser may replace groups (OC-GRPO).
         self._apply_overlong_penalty(batch)
         # 4. observe: every selector sees every scored rollout, kept or not.
         for selector in self._selectors(SelectionCallback):

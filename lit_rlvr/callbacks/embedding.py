@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 import numpy as np
 import torch
 
-from lit_rlvr.rollout.loop import render_prompt
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
@@ -75,6 +74,8 @@ class PolicyEncoder:
     def encode(self, pl_module: "GRPOModule", messages: list[list[dict[str, str]]]) -> np.ndarray:
         policy, tokenizer = pl_module.policy, pl_module.tokenizer
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        from lit_rlvr.rollout.loop import render_prompt  # here: rollout.loop imports the callbacks package
+
         rows = [render_prompt(tokenizer, m) for m in messages]
         out = np.zeros((len(rows), self.dim(pl_module)), dtype=np.float32)
         was_training = policy.training
