@@ -34,6 +34,7 @@ from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
 from lit_rlvr.losses import AGGREGATIONS, Normalizer, aggregate, clipped_surrogate, k3_kl, loss_sequences, overlong_penalty
 from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
+from lit_rlvr.prefix import shared_prompt_logprobs
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats, flatten, generate_for_eval
@@ -95,6 +96,9 @@ class LossSettings:
     """Rollouts per forward/backward; gradients accumulate to one optimizer step per iteration."""
     micro_batch_tokens: Optional[int] = None
     """Padded-token budget per forward/backward instead of micro_batch_size rows: rows sorted by length (less padding)."""
+    share_prompt_prefix: bool = False
+    """Run each distinct prompt of a micro-batch once and reuse its keys/values for the group's rows (exact up to
+    float summation order; works best with micro_batch_size rows in batch order, which keeps groups together)."""
     skip_zero_advantage: bool = True
     """Leave rows with advantage 0 on every loss token out of forward/backward (exact: their gradient is 0 and the
     normaliser still counts them). Never with KL on. False runs every kept row (the pre-issue-18 path, for benchmarks)."""
@@ -376,7 +380,7 @@ class GRPOModule(pl.LightningModule):
 
     def _micro_batch_loss(self, mb: TrainingTensors, normalizer: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
         s = self.loss_settings
-        logp = policy_logprobs(self.policy, mb, self.rollout_settings.temperature)  # [n, L]
+        logp = self._logprobs(self.policy, mb)  # [n, L]
         if mb.old_logprobs is None:
             # π_old is π_θ before the first optimizer step: this pass's log-probs are the old
             # log-probs of later iterations (num_iterations > 1), with no separate no-grad pass.
@@ -400,7 +404,12 @@ class GRPOModule(pl.LightningModule):
         if self.loss_settings.kl_coef > 0:
             with self._reference_context() as ref:
                 for mb in micro:
-                    mb.ref_logprobs = policy_logprobs(ref, mb, self.rollout_settings.temperature)  # [n, L]
+                    mb.ref_logprobs = self._logprobs(ref, mb)  # [n, L]
+
+    def _logprobs(self, model: torch.nn.Module, mb: TrainingTensors) -> torch.Tensor:
+        """[n, L] completion log-probs under ``model``; shared prompts computed once if so configured."""
+        logprobs = shared_prompt_logprobs if self.loss_settings.share_prompt_prefix else policy_logprobs
+        return logprobs(model, mb, self.rollout_settings.temperature)
 
     @contextlib.contextmanager
     def _reference_context(self):

@@ -66,17 +66,21 @@ def _one_step(aggregation: str, kl_coef: float = 0.0, **loss) -> tuple[torch.Ten
 
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
 def test_skipped_rows_and_packed_micro_batches_give_the_same_gradient_and_step(aggregation):
-    """The full update (every kept row, 3 rows a micro-batch, batch-wide padding) against the planned one
-    (zero-advantage rows skipped, rows packed by length under a 40-token budget): same gradient, same step."""
+    """The full update (every kept row, 3 rows a micro-batch, batch-wide padding) against the planned ones
+    (zero-advantage rows skipped; rows packed by length under a 40-token budget, or each micro-batch's
+    distinct prompts computed once): same gradient, same step."""
     full_grad, full_params, full = _one_step(aggregation, skip_zero_advantage=False)
-    grad, params, planned = _one_step(aggregation, micro_batch_tokens=40)
     assert full["train/rows_skipped"] == 0
-    assert 0 < planned["train/rows_skipped"] < 16, "the batch should mix zero-variance and learning groups"
-    assert planned["train/tokens_in_update"] < full["train/tokens_in_update"]
     assert full_grad.abs().max() > 0
-    torch.testing.assert_close(grad, full_grad, atol=1e-6, rtol=0)
-    torch.testing.assert_close(params, full_params, atol=1e-6, rtol=0)
-    assert planned["train/loss"] == pytest.approx(full["train/loss"], abs=1e-6)
+    # Shared prompts sum a prompt's gradient over its rows in another order: float noise up to ~2e-9 on
+    # gradients of 0.07, which AdamW's step turns into 1.75e-6 (seen) on one parameter whose |g| < ε.
+    for variant, param_atol in (({"micro_batch_tokens": 40}, 1e-6), ({"share_prompt_prefix": True}, 5e-6)):
+        grad, params, planned = _one_step(aggregation, **variant)
+        assert 0 < planned["train/rows_skipped"] < 16, "the batch should mix zero-variance and learning groups"
+        assert planned["train/tokens_in_update"] < full["train/tokens_in_update"]
+        torch.testing.assert_close(grad, full_grad, atol=1e-6, rtol=0, msg=lambda m: f"{variant}: {m}")
+        torch.testing.assert_close(params, full_params, atol=param_atol, rtol=0, msg=lambda m: f"{variant}: {m}")
+        assert planned["train/loss"] == pytest.approx(full["train/loss"], abs=1e-6)
 
 
 def test_with_kl_on_no_row_is_skipped():
@@ -193,3 +197,35 @@ def test_two_ddp_ranks_step_when_every_row_on_one_rank_is_skipped(tmp_path):
     assert len(rows) == 2
     for r in rows:  # rank 0 logs: 2 prompts × G = 4 rows, all skipped; the placeholder row is 1 × 2 tokens
         assert float(r["train/rows_skipped"]) == 8.0 and float(r["train/tokens_in_update"]) == 2.0
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_shared_prompts_give_the_same_logprobs_and_gradient(lora):
+    """Each distinct prompt once, its keys/values gathered per row, against every row's full forward."""
+    from lit_rlvr.collate import policy_logprobs
+    from lit_rlvr.policy import LoraSettings
+    from lit_rlvr.prefix import prompt_groups, shared_prompt_logprobs
+
+    pl.seed_everything(0, verbose=False)
+    module = GRPOModule(policy=PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4, alpha=8) if lora else None))
+    module.configure_model()
+    t = _ragged(module)
+    P = t.input_ids.shape[1] - t.completion_len
+    for row, source in [(1, 0), (2, 0), (4, 3), (5, 3)]:  # two groups of 3 rows: rows 0-2 and 3-5 (of 2 and 5 prompt tokens)
+        t.input_ids[row, :P], t.attention_mask[row, :P] = t.input_ids[source, :P], t.attention_mask[source, :P]
+    t.position_ids = (t.attention_mask.cumsum(1) - 1).clamp(min=0)
+    first, group = prompt_groups(t)
+    assert first.tolist() == [0, 3] and group.tolist() == [0, 0, 0, 1, 1, 1]
+    weights = torch.randn(t.completion_ids.shape, generator=torch.Generator().manual_seed(1)) * t.completion_mask
+    params = [p for p in module.policy.parameters() if p.requires_grad]
+
+    def logprobs_and_gradient(fn):
+        module.policy.zero_grad()
+        logp = fn(module.policy, t)  # [N, L]
+        (logp * weights).sum().backward()
+        return logp.detach() * t.completion_mask, torch.cat([p.grad.flatten() for p in params])
+
+    full, full_grad = logprobs_and_gradient(policy_logprobs)
+    shared, shared_grad = logprobs_and_gradient(shared_prompt_logprobs)
+    torch.testing.assert_close(shared, full, atol=1e-6, rtol=0)
+    torch.testing.assert_close(shared_grad, full_grad, atol=1e-5, rtol=1e-5)  # |g| up to ~5: float32 summation order
