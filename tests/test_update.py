@@ -229,3 +229,15 @@ def test_shared_prompts_give_the_same_logprobs_and_gradient(lora):
     shared, shared_grad = logprobs_and_gradient(shared_prompt_logprobs)
     torch.testing.assert_close(shared, full, atol=1e-6, rtol=0)
     torch.testing.assert_close(shared_grad, full_grad, atol=1e-5, rtol=1e-5)  # |g| up to ~5: float32 summation order
+
+
+def test_the_placeholder_row_runs_through_shared_prompts():
+    """A rank with nothing to learn runs the zero-weight row; with share_prompt_prefix too (loss 0, gradient 0)."""
+    pl.seed_everything(0, verbose=False)
+    module = GRPOModule(policy=PolicyConfig(name_or_path="tiny"), loss=LossSettings(share_prompt_prefix=True))
+    module.configure_model()
+    row = module._empty_row()
+    loss, parts = module._micro_batch_loss(row, Normalizer.of(row.completion_mask))
+    loss.backward()
+    assert parts["loss"] == 0.0
+    assert all(p.grad is None or float(p.grad.abs().max()) == 0.0 for p in module.policy.parameters())
