@@ -311,8 +311,9 @@ def test_with_several_iterations_pi_old_on_x_is_the_modules_pre_update_old_logpr
     batch = _guided_batch(module, seed=1)
     plain, _ = OCGRPO().context_logprobs(module, batch, [0, 2])  # [2, L]
     tensors = collate_rollouts(batch, torch.tensor([0, 2]), module._pad_id)
-    module._fill_old_and_ref_logprobs(tensors)  # what _update computes before its first optimizer step
-    assert torch.allclose(plain * tensors.completion_mask, tensors.old_logprobs * tensors.completion_mask, atol=1e-5)
+    with torch.no_grad():  # what _update's first iteration records as π_old, before any optimizer step
+        old = module._logprobs(module.policy, tensors)
+    assert torch.allclose(plain * tensors.completion_mask, old * tensors.completion_mask, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- the loss gradient
