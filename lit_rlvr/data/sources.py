@@ -99,9 +99,14 @@ class PromptSource(abc.ABC):
             raise ValueError(
                 f"{self!r}: {len(kept)} train prompts do not fit below the validation id offset {VAL_ID_OFFSET}"
             )
-        train = [PromptRecord(i, q, a, m, o, self._solution(a, m)) for i, (q, a, m, o) in enumerate(kept)]
-        val = [PromptRecord(VAL_ID_OFFSET + i, q, a, m, o, self._solution(a, m)) for i, (q, a, m, o) in enumerate(val_raw)]
+        train = [self._record(i, row) for i, row in enumerate(kept)]
+        val = [self._record(VAL_ID_OFFSET + i, row) for i, row in enumerate(val_raw)]
         return {"train": train, "validation": val}
+
+    def _record(self, prompt_id: int, row: tuple) -> PromptRecord:
+        """A raw ``(question, answer, metadata[, origin])`` row as a record with its solution."""
+        question, answer, metadata, *origin = row
+        return PromptRecord(prompt_id, question, answer, metadata, *origin[:1], self._solution(answer, metadata))
 
     def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
         """The reference solution of one row (None: none); sources that have them override this."""
