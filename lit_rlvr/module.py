@@ -40,6 +40,7 @@ from lit_rlvr.preemption import StopOnSignal
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.settings import EvalSettings, LossSettings, OptimizerSettings, RolloutSettings
+from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, is_sharded, no_gradient_sync, shard_policy, unsharded_for_export
 from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats, flatten, generate_for_eval
 from lit_rlvr.types import PromptPool, RolloutBatch
 
@@ -65,6 +66,7 @@ class GRPOModule(pl.LightningModule):
             so method configs can own that list.
         max_nonfinite_steps: stop with an error after this many optimizer steps in a row whose loss or
             gradient was NaN or ±inf (each is skipped and counted in train/nonfinite_steps).
+        sharding: FSDP2 options (mixed precision, CPU offload), used under ModelParallelStrategy.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class GRPOModule(pl.LightningModule):
         export_merged: bool = False,
         checkpoint_every_n_steps: Optional[int] = 50,
         max_nonfinite_steps: int = 3,
+        sharding: ShardingSettings = ShardingSettings(),
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -98,6 +101,7 @@ class GRPOModule(pl.LightningModule):
         self.export_dir = export_dir
         self.export_merged = export_merged
         self.checkpoint_every_n_steps = checkpoint_every_n_steps
+        self.sharding = sharding
         self.policy: Optional[torch.nn.Module] = None
         self.tokenizer: Any = None
         self._reference: list[torch.nn.Module] = []  # a list hides it from state_dict and .to()
@@ -117,13 +121,15 @@ class GRPOModule(pl.LightningModule):
     # ------------------------------------------------------------------ set-up
 
     def configure_model(self) -> None:
-        """Load the policy once (Lightning calls this inside the strategy's context)."""
-        if self.policy is not None:
-            return
-        self.policy, self.tokenizer = load_policy(self.policy_config)
-        if self.loss_settings.kl_coef > 0 and not self._uses_lora:
-            reference = copy.deepcopy(self.policy).eval().requires_grad_(False)
-            self._reference = [reference]
+        """Load the policy once; under ModelParallelStrategy shard it (and the reference) with FSDP2."""
+        if self.policy is None:
+            self.policy, self.tokenizer = load_policy(self.policy_config)
+            if self.loss_settings.kl_coef > 0 and not self._uses_lora:
+                self._reference = [copy.deepcopy(self.policy).eval().requires_grad_(False)]
+        mesh = data_parallel_mesh(self._trainer)
+        if mesh is not None and not is_sharded(self.policy):
+            for model in [self.policy, *self._reference]:
+                shard_policy(model, mesh, self.sharding)
 
     @property
     def _uses_lora(self) -> bool:
@@ -320,6 +326,8 @@ class GRPOModule(pl.LightningModule):
 
     def _maybe_no_sync(self, sync: bool):
         strategy = self.trainer.strategy
+        if not sync and is_sharded(self.policy):
+            return no_gradient_sync(self.policy)
         if sync or not hasattr(strategy, "block_backward_sync"):
             return contextlib.nullcontext()
         return strategy.block_backward_sync()
@@ -449,7 +457,8 @@ class GRPOModule(pl.LightningModule):
     # ------------------------------------------------------------------ checkpoints and export
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self._uses_lora:  # the base weights come from policy.name_or_path; keep the adapter only
+        if self._uses_lora and not _holds_shards(checkpoint):  # the base weights come from policy.name_or_path: keep the adapter only
+            # (a sharded checkpoint keeps them: each rank writes its shard, and resuming loads every key)
             trainable = {n for n, p in self.named_parameters() if p.requires_grad}
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["lit_rlvr"] = {
@@ -476,9 +485,17 @@ class GRPOModule(pl.LightningModule):
             np.random.set_state(_numpy_rng_state(rng["numpy"]))
 
     def on_fit_end(self) -> None:
-        if self.export_dir and self.trainer.is_global_zero:
-            export_policy(self.policy, self.tokenizer, self.export_dir, merge=self.export_merged)
+        if not self.export_dir:
+            return
+        policy = unsharded_for_export(self.policy, self.policy_config) if is_sharded(self.policy) else self.policy
+        if self.trainer.is_global_zero:
+            export_policy(policy, self.tokenizer, self.export_dir, merge=self.export_merged)
             log.info("exported the trained policy to %s", self.export_dir)
+
+
+def _holds_shards(checkpoint: dict[str, Any]) -> bool:
+    """Whether the checkpoint's weights are DTensor shards (a distributed-checkpoint save)."""
+    return any(hasattr(v, "to_local") for v in checkpoint.get("state_dict", {}).values())
 
 
 def _numpy_rng_state(saved: Optional[tuple] = None) -> tuple:

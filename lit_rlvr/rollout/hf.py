@@ -1,7 +1,10 @@
 """The Hugging Face rollout engine: batched ``model.generate`` with left padding (the default; runs on CPU).
 
 The engine holds the training module's own model object, so it always samples from the
-current weights (LoRA adapter included) and ``sync_weights`` has nothing to do.
+current weights (LoRA adapter included) and ``sync_weights`` has nothing to do. Under FSDP2
+(``lit_rlvr.sharding``) the same object is sharded: each layer's forward hook gathers its
+weights and frees them after, and the root's, which FSDP2 keeps for a backward, are freed
+when ``generate`` returns.
 
 Log-probabilities are those of the distribution each token was drawn from: the raw logits
 for greedy decoding, the logits after temperature and top-p for sampling. They are recorded
@@ -24,6 +27,7 @@ import torch
 
 from lit_rlvr.collate import left_pad
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
+from lit_rlvr.sharding import reshard
 from lit_rlvr.types import Completion
 
 
@@ -194,6 +198,7 @@ class HFEngine:
                     results.update(zip(chunk, completions))
         finally:
             self.model.train(was_training)
+            reshard(self.model)  # FSDP2 keeps the root's gathered weights after a forward; free them
 
         for r, (i, _) in enumerate(rows):
             out[i].append(results[r])
