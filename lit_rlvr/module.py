@@ -40,7 +40,7 @@ from lit_rlvr.preemption import StopOnSignal
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.settings import EvalSettings, LossSettings, OptimizerSettings, RolloutSettings
-from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, is_sharded, no_gradient_sync, shard_policy, unsharded_for_export
+from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, in_lockstep, is_sharded, no_gradient_sync, shard_policy, unsharded_for_export
 from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats, flatten, generate_for_eval
 from lit_rlvr.types import PromptPool, RolloutBatch
 
@@ -235,9 +235,13 @@ class GRPOModule(pl.LightningModule):
                 used.append(fresh.ids)
                 return fresh
 
+        any_rank = self._any_rank if in_lockstep(self.policy) else None  # FSDP2: sharded generation is a collective
         return self.rollout_loop.run(
-            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer
+            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer, any_rank
         )
+
+    def _any_rank(self, flag: bool) -> bool:
+        return self._sum_over_ranks([float(flag)])[0] > 0
 
     def _allocator(self) -> RolloutAllocator:
         allocators = self._selectors(RolloutAllocator)

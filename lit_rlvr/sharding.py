@@ -12,6 +12,8 @@ FSDP1 ``FSDPStrategy``, which refuses CPU.
   ``generate`` calls the inner model, so hooks on the wrapper would never run there.
 - :func:`no_gradient_sync`: the non-final micro-batches of an accumulated step keep their
   unsharded gradients local; the last one reduce-scatters the sum (DDP's ``no_sync``).
+- :func:`in_lockstep` / :func:`max_over_ranks`: a sharded forward gathers weights from every rank,
+  so generation runs in lockstep (the HF engine and the rollout loop use them).
 - :func:`reshard`: frees the unsharded parameters generation leaves behind (FSDP2 keeps the
   root's unsharded after a forward, expecting a backward that generation never runs).
 - :func:`full_state_dict`: the whole model's weights on rank 0, gathered parameter by parameter
@@ -131,6 +133,22 @@ def no_gradient_sync(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for m in modules:
             m.set_requires_gradient_sync(True, recurse=False)
+
+
+def in_lockstep(model: torch.nn.Module) -> bool:
+    """Whether forwards of ``model`` are collectives (sharded over several ranks), so ranks must run them together."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 and is_sharded(model)
+
+
+def max_over_ranks(value: int, device: torch.device) -> int:
+    """The largest ``value`` over all ranks (every rank calls it)."""
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.long, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def reshard(model: torch.nn.Module) -> None:
