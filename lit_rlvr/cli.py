@@ -1,7 +1,13 @@
-"""The ``lit-rlvr`` command: LightningCLI over GRPOModule and PromptDataModule.
+"""The ``lit-rlvr`` command: LightningCLI over lit-rlvr's modules and data modules.
 
     lit-rlvr fit --config configs/quickstart.yaml
     lit-rlvr fit --config configs/tiny.yaml --config configs/methods/greso.yaml
+    lit-rlvr predict --config configs/g2d/harvest.yaml      # G2D harvest
+    lit-rlvr fit --config configs/g2d/dpo.yaml              # G2D DPO
+
+``model.class_path`` picks the module (any ``PolicyModule``: GRPOModule, the default when a
+config names none; ``lit_rlvr.dpo.DPOModule``; ``lit_rlvr.g2d.HarvestModule``) and
+``data.class_path`` the data module (default ``PromptDataModule``).
 
 Configs are parsed in omegaconf+ mode: interpolations (``${model.rollout.num_generations}``,
 absolute from the top of the config) are resolved once every config file and flag is
@@ -19,21 +25,27 @@ import sys
 import warnings
 from typing import Any, Optional
 
-from lightning.pytorch import Trainer
 from jsonargparse import set_parsing_settings
+from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lit_rlvr.checkpointing import AtomicCheckpointIO, InvalidCheckpointError
-from lit_rlvr.config_checks import check_run_is_bounded, init_error_message, method_config_notices
+from lit_rlvr.config_checks import check_run_is_bounded, init_error_message, method_config_notices, resolve_class_path
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
-from lit_rlvr.data import PromptDataModule
-from lit_rlvr.module import GRPOModule
+from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.summary import RunSummary
 
 
 class LitRLVRCLI(LightningCLI):
     """LightningCLI with lit-rlvr's defaults and start-up checks."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        # subclass mode: a config without class_path means GRPO on prompts, as before
+        if self.subclass_mode_model:
+            parser.set_defaults({"model": {"class_path": "lit_rlvr.module.GRPOModule"}})
+        if self.subclass_mode_data:
+            parser.set_defaults({"data": {"class_path": "lit_rlvr.data.PromptDataModule"}})
 
     def _subconfig(self) -> Any:
         return self.config.get(self.subcommand, self.config) if self.subcommand else self.config
@@ -55,7 +67,7 @@ class LitRLVRCLI(LightningCLI):
         config = self._subconfig()
         trainer = config.get("trainer", {})
         _fail_if(_missing_gpu(str(trainer.get("accelerator", "auto"))))
-        if self.subcommand == "fit":
+        if self.subcommand == "fit" and _endless_training(config.get("data")):
             _fail_if(check_run_is_bounded(trainer))
         notices, error = method_config_notices(config.get("config") or [])
         _fail_if(error)
@@ -80,6 +92,13 @@ class LitRLVRCLI(LightningCLI):
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         kwargs["callbacks"] = callbacks + console_callbacks(config, callbacks) + [RunSummary()]
         return super().instantiate_trainer(**kwargs)
+
+
+def _endless_training(data: Any) -> bool:
+    """Whether the configured data module's training stream never ends (``PromptDataModule``'s does)."""
+    class_path = data.get("class_path") if hasattr(data, "get") else None
+    cls = resolve_class_path(class_path) if class_path else None
+    return bool(getattr(cls, "endless_training", True))
 
 
 def _missing_gpu(accelerator: str) -> Optional[str]:
@@ -114,8 +133,10 @@ def main(args: Optional[list[str]] = None) -> None:
     # GRPOModule checkpoints after its optimizer steps on purpose (the state a resumed run continues from).
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     LitRLVRCLI(
-        GRPOModule,
-        PromptDataModule,
+        PolicyModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
         parser_kwargs={"parser_mode": "omegaconf+"},
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,

@@ -72,6 +72,39 @@ class TrainingTensors:
             yield self.rows(slice(start, start + size))
 
 
+def pack_sequences(
+    prompts: list[list[int]], completions: list[list[int]], pad_id: int, loss_rows: Optional[list[bool]] = None
+) -> TrainingTensors:
+    """Pad N (prompt, completion) token lists into the row layout above; advantages 0, weights 1.
+
+    ``loss_rows`` [N]: rows whose completion tokens enter the loss (default: all).
+    """
+    P = max((len(p) for p in prompts), default=1)
+    L = max((len(c) for c in completions), default=1) or 1
+    N = len(prompts)
+    input_ids = torch.full((N, P + L), pad_id, dtype=torch.long)
+    attention = torch.zeros((N, P + L), dtype=torch.long)
+    completion_ids = torch.full((N, L), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((N, L), dtype=torch.float32)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        input_ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        input_ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
+        attention[i, P - len(p) : P + len(c)] = 1
+        completion_ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+        if loss_rows is None or loss_rows[i]:
+            completion_mask[i, : len(c)] = 1.0
+    position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [N, P+L]
+    return TrainingTensors(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        advantages=torch.zeros(N),
+        token_weights=torch.ones((N, L), dtype=torch.float32),
+    )
+
+
 def collate_rollouts(batch: RolloutBatch, rows: torch.Tensor, pad_id: int, mask_truncated: bool = False) -> TrainingTensors:
     """Pad the rollouts ``rows`` ([N] int64 indices into ``batch``) into training tensors.
 
@@ -81,34 +114,15 @@ def collate_rollouts(batch: RolloutBatch, rows: torch.Tensor, pad_id: int, mask_
     rows_l = rows.tolist()
     prompts = [batch.prompt_token_ids[int(batch.prompt_index[r])] for r in rows_l]
     comps = [batch.completions[r].token_ids for r in rows_l]
-    P = max((len(p) for p in prompts), default=1)
-    L = max((len(c) for c in comps), default=1) or 1
-    N = len(rows_l)
-    input_ids = torch.full((N, P + L), pad_id, dtype=torch.long)
-    attention = torch.zeros((N, P + L), dtype=torch.long)
-    completion_ids = torch.full((N, L), pad_id, dtype=torch.long)
-    completion_mask = torch.zeros((N, L), dtype=torch.float32)
-    weights = torch.ones((N, L), dtype=torch.float32)
-    for i, (r, p, c) in enumerate(zip(rows_l, prompts, comps)):
-        input_ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
-        input_ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
-        attention[i, P - len(p) : P + len(c)] = 1
-        completion_ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
-        if not (mask_truncated and batch.completions[r].truncated):
-            completion_mask[i, : len(c)] = 1.0
-        if batch.token_weights is not None and batch.token_weights[r] is not None:
-            weights[i, : len(c)] = batch.token_weights[r][: len(c)]
-    position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [N, P+L]
-    advantages = batch.advantages[rows] if batch.advantages is not None else torch.zeros(N)
-    return TrainingTensors(
-        input_ids=input_ids,
-        attention_mask=attention,
-        position_ids=position_ids,
-        completion_ids=completion_ids,
-        completion_mask=completion_mask,
-        advantages=advantages.float(),
-        token_weights=weights,
-    )
+    in_loss = [not (mask_truncated and batch.completions[r].truncated) for r in rows_l]
+    tensors = pack_sequences(prompts, comps, pad_id, in_loss)
+    if batch.token_weights is not None:
+        for i, (r, c) in enumerate(zip(rows_l, comps)):
+            if batch.token_weights[r] is not None:
+                tensors.token_weights[i, : len(c)] = batch.token_weights[r][: len(c)]
+    if batch.advantages is not None:
+        tensors.advantages = batch.advantages[rows].float()
+    return tensors
 
 
 def policy_logprobs(model: torch.nn.Module, t: TrainingTensors, temperature: float = 1.0) -> torch.Tensor:

@@ -34,7 +34,7 @@ def init_error_message(error: BaseException, config: dict[str, Any]) -> Optional
     if not isinstance(inner, (ValueError, TypeError)):
         return None
     cls = _raising_class(inner.__traceback__)
-    found = [(key, path) for key, path in _class_paths(config) if cls is not None and _resolve(path) is cls]
+    found = [(key, path) for key, path in _class_paths(config) if cls is not None and resolve_class_path(path) is cls]
     if not found:
         return f"invalid configuration: {inner}"
     return f"invalid configuration: {' or '.join(key for key, _ in found)} ({found[0][1]}): {inner}"
@@ -62,18 +62,22 @@ def _raising_class(tb: Optional[types.TracebackType]) -> Optional[type]:
 
 
 def _class_paths(node: Any, key: str = "") -> Iterator[tuple[str, str]]:
-    """``(config key, class_path)`` of every ``class_path`` entry, e.g. ``("trainer.callbacks[0]", "...PODS")``."""
+    """``(config key, class_path)`` of every ``class_path`` entry, e.g. ``("trainer.callbacks[0]", "...PODS")``.
+
+    Keys leave out ``init_args`` (``model.rollout``, not ``model.init_args.rollout``): the form a flag takes.
+    """
     if isinstance(node, dict):
         if isinstance(node.get("class_path"), str):
             yield key, node["class_path"]
         for k, v in node.items():
-            yield from _class_paths(v, f"{key}.{k}" if key else str(k))
+            yield from _class_paths(v, key if k == "init_args" else f"{key}.{k}" if key else str(k))
     elif isinstance(node, (list, tuple)):
         for i, v in enumerate(node):
             yield from _class_paths(v, f"{key}[{i}]")
 
 
-def _resolve(class_path: str) -> Any:
+def resolve_class_path(class_path: str) -> Any:
+    """The class a ``class_path`` names, None when it does not import."""
     module, _, name = class_path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)
@@ -145,7 +149,7 @@ def _callbacks_of(path: Any) -> Optional[list[str]]:
 def _allocators(class_paths: list[str]) -> list[str]:
     from lit_rlvr.callbacks.base import RolloutAllocator
 
-    return [p for p in class_paths if isinstance(_resolve(p), type) and issubclass(_resolve(p), RolloutAllocator)]
+    return [p for p in class_paths if isinstance(resolve_class_path(p), type) and issubclass(resolve_class_path(p), RolloutAllocator)]
 
 
 def _names(class_paths: list[str]) -> str:

@@ -156,6 +156,16 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
     return picked - torch.logsumexp(logits, dim=-1)  # [N, L]
 
 
+def preference_margin(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+) -> torch.Tensor:
+    """h = (log π(y_c|x) − log π_ref(y_c|x)) − (log π(y_r|x) − log π_ref(y_r|x)) over [N] summed log-probs.  # [N]"""
+    return (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+
+
 def dpo_loss(
     policy_chosen: torch.Tensor,
     policy_rejected: torch.Tensor,
@@ -167,5 +177,23 @@ def dpo_loss(
 
     −log σ(β·((π_c − ref_c) − (π_r − ref_r))), mean over pairs.
     """
-    margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)  # [N]
+    margin = preference_margin(policy_chosen, policy_rejected, ref_chosen, ref_rejected)  # [N]
     return -F.logsigmoid(beta * margin).mean()
+
+
+def ipo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    beta: float = 0.1,
+) -> torch.Tensor:
+    """IPO loss (Azar et al., arXiv 2310.12036, eq. 17) over [N] summed sequence log-probs.
+
+    (h − 1/(2β))², mean over pairs, with h the DPO log-ratio margin: a squared loss that
+    regresses the margin to a finite target instead of pushing it to infinity, so it does
+    not overfit deterministic preferences. (TRL's "ipo" divides each log-prob by its length
+    first; pass per-token means here to get that variant.)
+    """
+    margin = preference_margin(policy_chosen, policy_rejected, ref_chosen, ref_rejected)  # [N]
+    return ((margin - 1.0 / (2.0 * beta)) ** 2).mean()

@@ -8,16 +8,12 @@ by type (``lit_rlvr.callbacks.base``); nothing here names a method.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import math
-import random
 import time
 from typing import Any, Optional
 
-import lightning.pytorch as pl
-import numpy as np
 import torch
 
 from lit_rlvr.accounting import Totals, cumulative_metrics, mean_or_nan, step_metrics, update_totals
@@ -29,26 +25,27 @@ from lit_rlvr.callbacks.base import (
     SelectionCallback,
     TokenWeighter,
 )
-from lit_rlvr.checkpointing import SafeCheckpoints
-from lit_rlvr.data.lengths import check_prompt_lengths
-from lit_rlvr.data.metrics import MeanAtK, PassAtOne
-from lit_rlvr.guards import NonFiniteGuard
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
+from lit_rlvr.data.lengths import check_prompt_lengths
+from lit_rlvr.guards import NonFiniteGuard
 from lit_rlvr.losses import Normalizer, aggregate, clipped_surrogate, k3_kl, loss_sequences, overlong_penalty
-from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
-from lit_rlvr.preemption import StopOnSignal
-from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
-from lit_rlvr.rollout import SamplingConfig, build_engine
+from lit_rlvr.policy import PolicyConfig
+from lit_rlvr.policy_module import PolicyModule
+from lit_rlvr.rewards import RewardFunction
+from lit_rlvr.rollout import SamplingConfig
+from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats
 from lit_rlvr.settings import EvalSettings, LossSettings, OptimizerSettings, RolloutSettings
-from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, in_lockstep, is_sharded, no_gradient_sync, shard_policy, unsharded_for_export
-from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats, flatten, generate_for_eval
+from lit_rlvr.sharding import ShardingSettings, in_lockstep, is_sharded, no_gradient_sync
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 log = logging.getLogger(__name__)
 
 
-class GRPOModule(pl.LightningModule):
+class GRPOModule(PolicyModule):
     """GRPO and its relatives as one LightningModule; selection methods are callbacks.
+
+    Policy loading, the engine, held-out accuracy, the optimizer, checkpoints and export
+    come from ``PolicyModule`` (shared with DPOModule and HarvestModule).
 
     Args:
         policy: which model to train (a Hugging Face path, the packaged SmolLM2, or "tiny") and LoRA.
@@ -85,63 +82,24 @@ class GRPOModule(pl.LightningModule):
         max_nonfinite_steps: int = 3,
         sharding: ShardingSettings = ShardingSettings(),
     ) -> None:
-        super().__init__()
+        super().__init__(
+            policy, rollout, optimizer, evaluation, rewards, accuracy_reward, seed,
+            export_dir, export_merged, checkpoint_every_n_steps, sharding,
+        )
         self.automatic_optimization = False
-        self.policy_config = policy
-        self.rollout_settings = rollout
         self.loss_settings = loss
-        self.optimizer_settings = optimizer
-        self.eval_settings = evaluation
-        self.scorer = RewardScorer(list(rewards) if rewards else [ReasoningGymReward()])
-        names = [f.name for f in self.scorer.functions]
-        if accuracy_reward is not None and accuracy_reward not in names:
-            raise ValueError(f"model.accuracy_reward={accuracy_reward!r} is not a configured reward; choose one of {names}")
-        self.accuracy_reward = accuracy_reward or names[0]
-        self.seed = seed
-        self.export_dir = export_dir
-        self.export_merged = export_merged
-        self.checkpoint_every_n_steps = checkpoint_every_n_steps
-        self.sharding = sharding
-        self.policy: Optional[torch.nn.Module] = None
-        self.tokenizer: Any = None
-        self._reference: list[torch.nn.Module] = []  # a list hides it from state_dict and .to()
-        self._engine: Any = None
         self._rollout_loop: Optional[RolloutLoop] = None
         self.steps_done = 0
         """Training steps (pools consumed) so far: the data position, restored on resume."""
         self.totals = Totals()
         self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
         self._default_allocator = FixedGroupAllocator()
-        self.val_pass_at_1 = PassAtOne()
-        self.val_mean_at_k = MeanAtK(max(evaluation.num_samples, 1))
-        self.strict_loading = False  # LoRA checkpoints hold the adapter only
-        # No save_hyperparameters(): LightningCLI writes the full config.yaml beside the logs, and
-        # checkpoints stay loadable with torch.load(weights_only=True) (plain tensors and numbers only).
 
     # ------------------------------------------------------------------ set-up
 
-    def configure_model(self) -> None:
-        """Load the policy once; under ModelParallelStrategy shard it (and the reference) with FSDP2."""
-        if self.policy is None:
-            self.policy, self.tokenizer = load_policy(self.policy_config)
-            if self.loss_settings.kl_coef > 0 and not self._uses_lora:
-                self._reference = [copy.deepcopy(self.policy).eval().requires_grad_(False)]
-        mesh = data_parallel_mesh(self._trainer)
-        if mesh is not None and not is_sharded(self.policy):
-            for model in [self.policy, *self._reference]:
-                shard_policy(model, mesh, self.sharding)
-
     @property
-    def _uses_lora(self) -> bool:
-        return self.policy_config.lora is not None
-
-    @property
-    def engine(self) -> Any:
-        if self._engine is None:
-            self._engine = build_engine(
-                self.rollout_settings.engine, self.policy, self.tokenizer, **self.rollout_settings.engine_options
-            )
-        return self._engine
+    def needs_frozen_copy(self) -> bool:
+        return self.loss_settings.kl_coef > 0  # the k3 KL needs a reference
 
     @property
     def rollout_loop(self) -> RolloutLoop:
@@ -152,11 +110,9 @@ class GRPOModule(pl.LightningModule):
         return self._rollout_loop
 
     def setup(self, stage: str) -> None:
-        self.configure_model()
+        super().setup(stage)
         datamodule, r = getattr(self._trainer, "datamodule", None), self.rollout_settings  # prompts fit the context
         check_prompt_lengths(datamodule, self.tokenizer, self.policy, r.max_new_tokens, self.eval_settings.max_new_tokens, stage == "fit")
-        if self._reference:
-            self._reference[0].to(self.device)
 
     def on_fit_start(self) -> None:
         selectors = self._selectors(SelectionCallback)
@@ -168,22 +124,6 @@ class GRPOModule(pl.LightningModule):
             )
         for s in selectors:
             s.setup_selection(self.trainer, self, selectors)
-
-    def configure_callbacks(self) -> list[pl.Callback]:
-        safety = [SafeCheckpoints(), StopOnSignal()]  # atomic, finite checkpoint files; save and stop on SIGTERM/Ctrl-C
-        if not self.checkpoint_every_n_steps:
-            return safety
-        from lightning.pytorch.callbacks import ModelCheckpoint
-
-        return [ModelCheckpoint(every_n_train_steps=self.checkpoint_every_n_steps, save_last=True), *safety]
-
-    def configure_optimizers(self) -> Any:
-        o = self.optimizer_settings
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas))
-        warmup = max(o.warmup_steps, 0)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ the step
 
@@ -319,15 +259,6 @@ class GRPOModule(pl.LightningModule):
                     [policy_logprobs(ref, mb, temperature) for mb in tensors.micro_batches(s.micro_batch_size)]
                 )
 
-    @contextlib.contextmanager
-    def _reference_context(self):
-        """The reference policy: LoRA's base (adapter disabled) or a frozen copy."""
-        if self._uses_lora:
-            with self.policy.disable_adapter():
-                yield self.policy
-        else:
-            yield self._reference[0]
-
     def _maybe_no_sync(self, sync: bool):
         strategy = self.trainer.strategy
         if not sync and is_sharded(self.policy):
@@ -361,15 +292,6 @@ class GRPOModule(pl.LightningModule):
             advantages=torch.zeros(1, device=self.device),
             token_weights=torch.ones((1, 1), device=self.device),
         )
-
-    @property
-    def _pad_id(self) -> int:
-        pad = self.tokenizer.pad_token_id
-        return int(pad if pad is not None else self.tokenizer.eos_token_id)
-
-    def _correct(self, batch_components: dict[str, torch.Tensor], n: int) -> torch.Tensor:
-        scores = batch_components.get(self.accuracy_reward)
-        return scores >= 1.0 - 1e-6 if scores is not None else torch.zeros(n, dtype=torch.bool)
 
     def _log_step(self, batch: RolloutBatch, rollout: RolloutStats, update: dict[str, float]) -> None:
         metrics = step_metrics(batch, self._correct(batch.reward_components, len(batch)))
@@ -406,106 +328,17 @@ class GRPOModule(pl.LightningModule):
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         return self.trainer.strategy.reduce(t, reduce_op="sum").tolist()
 
-    # ------------------------------------------------------------------ validation
-
-    def validation_step(self, pool: PromptPool, batch_idx: int) -> None:
-        greedy, sampled = self.correctness(pool, batch_idx)
-        self.val_pass_at_1.update(greedy)
-        self.log("val/pass@1", self.val_pass_at_1, batch_size=len(pool), prog_bar=True)
-        if sampled is not None:
-            self.val_mean_at_k.update(sampled)
-            self.log(f"val/mean@{sampled.shape[1]}", self.val_mean_at_k, batch_size=len(pool))
-
-    @torch.no_grad()
-    def correctness(
-        self, pool: PromptPool, batch_idx: int = 0, sampled: bool = True
-    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Correctness of one pool of prompts: greedy [P], and [P, k] over k samples if k > 0 and ``sampled``."""
-        e = self.eval_settings
-        max_new = e.max_new_tokens or self.rollout_settings.max_new_tokens
-        greedy = flatten(generate_for_eval(self.engine, self.tokenizer, pool, SamplingConfig(0.0, 1.0, max_new), 1))
-        result = self.scorer.score([c.text for c in greedy], pool.answers, pool.metadata)
-        greedy_correct = self._correct(result.components, len(greedy)).float()  # [P]
-        if e.num_samples <= 0 or not sampled:
-            return greedy_correct, None
-        sampling = SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
-        sampled = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, e.num_samples))
-        answers = [a for a in pool.answers for _ in range(e.num_samples)]
-        metadata = [m for m in pool.metadata for _ in range(e.num_samples)]
-        result = self.scorer.score([c.text for c in sampled], answers, metadata)
-        return greedy_correct, self._correct(result.components, len(sampled)).float().view(len(pool), e.num_samples)
-
-    def on_train_start(self) -> None:
-        """With evaluation.before_training, log held-out accuracy at step 0 (Lightning's sanity check logs nothing)."""
-        if not self.eval_settings.before_training or self.steps_done > 0 or self.trainer.limit_val_batches == 0:
-            return
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is None:
-            return
-        limit = self.trainer.limit_val_batches
-        pass_at_1, mean_at_k = PassAtOne().to(self.device), MeanAtK(max(self.eval_settings.num_samples, 1)).to(self.device)
-        for i, pool in enumerate(datamodule.val_dataloader()):
-            if isinstance(limit, int) and i >= limit:
-                break
-            greedy, sampled = self.correctness(pool, i)
-            pass_at_1.update(greedy)
-            if sampled is not None:
-                mean_at_k.update(sampled)
-        metrics = {"val/pass@1": float(pass_at_1.compute())}
-        if self.eval_settings.num_samples > 0:
-            metrics[f"val/mean@{self.eval_settings.num_samples}"] = float(mean_at_k.compute())
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=0)
-        log.info("held-out accuracy before training: %s", {k: round(v, 4) for k, v in metrics.items()})
-
-    # ------------------------------------------------------------------ checkpoints and export
+    # ------------------------------------------------------------------ checkpoints
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self._uses_lora and not _holds_shards(checkpoint):  # the base weights come from policy.name_or_path: keep the adapter only
-            # (a sharded checkpoint keeps them: each rank writes its shard, and resuming loads every key)
-            trainable = {n for n, p in self.named_parameters() if p.requires_grad}
-            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
-        checkpoint["lit_rlvr"] = {
-            "steps_done": self.steps_done,
-            "totals": self.totals.state_dict(),
-            "nonfinite": self.nonfinite.state_dict(),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "python": random.getstate(),
-                "numpy": _numpy_rng_state(),
-            },
-        }
+        super().on_save_checkpoint(checkpoint)  # LoRA-only state dict and the RNG states
+        checkpoint["lit_rlvr"].update(
+            steps_done=self.steps_done, totals=self.totals.state_dict(), nonfinite=self.nonfinite.state_dict()
+        )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.configure_model()
+        super().on_load_checkpoint(checkpoint)
         state = checkpoint.get("lit_rlvr", {})
         self.steps_done = int(state.get("steps_done", 0))
         self.totals.load_state_dict(state.get("totals", {}))
         self.nonfinite.load_state_dict(state.get("nonfinite", {}))
-        rng = state.get("rng")
-        if rng:
-            torch.set_rng_state(rng["torch"])
-            random.setstate(rng["python"])
-            np.random.set_state(_numpy_rng_state(rng["numpy"]))
-
-    def on_fit_end(self) -> None:
-        if not self.export_dir:
-            return
-        policy = unsharded_for_export(self.policy, self.policy_config) if is_sharded(self.policy) else self.policy
-        if self.trainer.is_global_zero:
-            export_policy(policy, self.tokenizer, self.export_dir, merge=self.export_merged)
-            log.info("exported the trained policy to %s", self.export_dir)
-
-
-def _holds_shards(checkpoint: dict[str, Any]) -> bool:
-    """Whether the checkpoint's weights are DTensor shards (a distributed-checkpoint save)."""
-    return any(hasattr(v, "to_local") for v in checkpoint.get("state_dict", {}).values())
-
-
-def _numpy_rng_state(saved: Optional[tuple] = None) -> tuple:
-    """numpy's global RNG state as weights_only-safe values (tensor instead of ndarray), and back."""
-    if saved is None:
-        name, keys, pos, has_gauss, cached = np.random.get_state()
-        return (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
-    name, keys, pos, has_gauss, cached = saved
-    return (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached)

@@ -1,6 +1,6 @@
 """Selection methods as Lightning callbacks (configure under ``trainer.callbacks`` by class path).
 
-Pre-rollout: GRESO, MoPPS, DPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
+Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
 Pre-backward: DynamicSampling (zero-variance drop), PODS. The contract is in ``base``.
 """
 
@@ -19,6 +19,7 @@ from lit_rlvr.callbacks.base import (
 from lit_rlvr.callbacks.dps import DPS
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling
 from lit_rlvr.callbacks.greso import GRESO
+from lit_rlvr.callbacks.leeps import LEEPS
 from lit_rlvr.callbacks.mopps import MoPPS
 from lit_rlvr.callbacks.pods import PODS
 from lit_rlvr.callbacks.sara import SARA
@@ -27,6 +28,7 @@ from lit_rlvr.callbacks.vigor import VIGOR
 __all__ = [
     "DPS",
     "GRESO",
+    "LEEPS",
     "PODS",
     "SARA",
     "VIGOR",

@@ -123,6 +123,9 @@ class PromptDataModule(L.LightningDataModule):
         seed: seed of the epoch permutations (and of ``draw``).
     """
 
+    endless_training = True
+    """The training stream never ends, so a fit must be bounded (the CLI checks ``max_steps``)."""
+
     def __init__(
         self,
         source: PromptSource,
@@ -296,6 +299,18 @@ class PromptDataModule(L.LightningDataModule):
         self.setup()
         return DataLoader(
             self.val_records,
+            batch_size=self.val_batch_size,
+            shuffle=False,
+            collate_fn=self.collate_val,
+            num_workers=0,
+        )
+
+    def predict_dataloader(self) -> DataLoader:
+        """Every train prompt once, in id order, ``val_batch_size`` per pool: what a harvest
+        (``lit-rlvr predict``, G2D) samples from; Lightning's distributed sampler splits it across ranks."""
+        self.setup()
+        return DataLoader(
+            self.train_records,
             batch_size=self.val_batch_size,
             shuffle=False,
             collate_fn=self.collate_val,

@@ -22,26 +22,32 @@ from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 log = logging.getLogger(__name__)
 
 
+def render_prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """A chat prompt as text, ending with the assistant turn's opening (chat template if any)."""
+    if _templated(tokenizer):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+def encode_prompt_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt (a chat template already holds its special tokens)."""
+    return tokenizer(text, add_special_tokens=not _templated(tokenizer))["input_ids"]
+
+
 def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     """Token ids of a chat prompt, ending with the assistant turn's opening (chat template if any)."""
-    return tokenizer(_prompt_text(tokenizer, messages), add_special_tokens=not _templated(tokenizer))["input_ids"]
+    return encode_prompt_text(tokenizer, render_prompt_text(tokenizer, messages))
 
 
 def render_prompts(tokenizer: Any, conversations: Sequence[list[dict[str, str]]]) -> list[list[int]]:
     """``render_prompt`` of many prompts in one batched tokenizer call (the set-up length check)."""
-    texts = [_prompt_text(tokenizer, messages) for messages in conversations]
+    texts = [render_prompt_text(tokenizer, messages) for messages in conversations]
     return tokenizer(texts, add_special_tokens=not _templated(tokenizer))["input_ids"] if texts else []
 
 
 def _templated(tokenizer: Any) -> bool:
     """Whether prompts go through the chat template (which writes the special tokens itself)."""
     return bool(getattr(tokenizer, "chat_template", None))
-
-
-def _prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    if _templated(tokenizer):
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return "\n\n".join(m["content"] for m in messages) + "\n"
 
 
 @dataclass

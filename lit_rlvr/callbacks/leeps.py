@@ -1,0 +1,417 @@
+"""LEEPS: Latent-Guided Explore-Exploit Prompt Sampling (arXiv 2607.28077; code not public).
+
+Pre-rollout selection of B prompts from the step's candidate pool (``data.pool_multiple``·B):
+
+* **Portfolios.** *Exploit*: candidates whose most recent group had reward variance
+  (non-zero-variance, the shared rule ``advantages.zero_variance_groups``). *Explore*:
+  every other candidate (no history yet, or last group saturated: all equal rewards).
+* **Slots.** B splits in proportion to each portfolio's moving-average *non-trivial
+  ratio* (share of its groups with reward variance over the last ``window`` steps; 0.5
+  before it has any groups), each portfolio at least ⌈floor·B⌉; slots a portfolio
+  cannot fill (too few candidates) go to the other.
+* **Exploit** slots take the candidates with the largest last-group reward variance.
+* **Explore** slots take the candidates with the largest p̂(1 − p̂), p̂ nearest 0.5:
+
+      q  = Σ_j w_j s_j / Σ_j w_j        w_j = max(cos(x, x_j), 0) over the k nearest
+                                        neighbours j that have history; s_j their last
+                                        group's success rate
+      p̂ = (α + κ q) / (α + β + κ)       α, β the prompt's own Beta posterior (prior 1, 1);
+                                        κ = ``neighbour_strength`` if Σ w_j > 0, else 0
+
+  i.e. the neighbour estimate enters the prompt's posterior as κ pseudo-rollouts; a
+  prompt's own rollouts outweigh it as they accumulate.
+* **Embeddings** (``callbacks/embedding.py``): the policy's last-layer hidden state at the
+  final prompt token, for candidates never embedded or embedded ≥ R steps ago, in batched
+  no-grad forwards; or the offline MiniLM (``encoder: minilm``, embedded once).
+* **Index** (``callbacks/prompt_index.py``): FAISS ``IndexFlatIP`` over L2-normalised
+  vectors (exact cosine), ``index: hnsw`` for large pools, ``search_backend: torch`` to
+  search the flat index by an exact torch matmul; updated incrementally.
+
+Choices the paper leaves open, each a constructor argument (METHODS.md, "unconfirmed"):
+k = 16, R = 50, window = 10 steps, floor = 0.1·B (rounded up), the layer (−1), the
+blend (κ = 4 pseudo-rollouts), "recent success" = the neighbour's last group, the
+moving average as pooled counts over the window, a rollout succeeds when its reward is
+≥ ``success_threshold`` (1.0), no posterior decay (λ = 1). Ties keep pool order.
+
+Ranks agree: every rank embeds (FSDP needs all ranks in the forward) and rank 0's
+vectors are broadcast, so every rank holds the same index; observations are gathered
+from every rank before any update. Checkpoint: the embedding vectors themselves (policy
+embeddings cannot be recomputed after the policy moved): 4·D bytes per embedded prompt,
+2.3 GB at 1M prompts with SmolLM2-135M (D = 576), 1.5 GB with MiniLM (D = 384), plus
+81 bytes per prompt id of table columns (81 MB at 1M).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from lit_rlvr.advantages import zero_variance_groups
+from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, warn_if_pool_is_batch_sized
+from lit_rlvr.callbacks.embedding import PromptEncoder, build_encoder
+from lit_rlvr.callbacks.prompt_index import PromptIndex, import_faiss
+from lit_rlvr.callbacks.state import PromptTable, table_state
+from lit_rlvr.types import PromptPool, RolloutBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lit_rlvr.module import GRPOModule
+
+__all__ = ["LEEPS", "blend_prediction", "neighbour_mean", "split_slots"]
+
+EXPLOIT, EXPLORE = 0, 1
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+
+def split_slots(batch_size: int, ratios: tuple[float, float], available: tuple[int, int], floor: float) -> tuple[int, int]:
+    """(exploit, explore) slots: B in proportion to the two non-trivial ratios, each ≥ ⌈floor·B⌉,
+    then capped by the candidates each portfolio has (the rest go to the other)."""
+    b = int(batch_size)
+    r_exploit, r_explore = (max(float(r), 0.0) for r in ratios)
+    share = 0.5 if r_exploit + r_explore <= 0 else r_exploit / (r_exploit + r_explore)
+    least = min(math.ceil(floor * b - 1e-9), b // 2)
+    n_exploit = min(max(int(math.floor(b * share + 0.5 + 1e-9)), least), b - least)
+    a_exploit, a_explore = (int(a) for a in available)
+    n_exploit = min(n_exploit, a_exploit)
+    n_explore = min(b - n_exploit, a_explore)
+    n_exploit = min(b - n_explore, a_exploit)
+    return n_exploit, n_explore
+
+
+def neighbour_mean(rate: np.ndarray, cos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q [Q], Σw [Q]): mean of the neighbours' success ``rate`` [Q, k] (NaN: no history, skipped)
+    weighted by positive cosine similarity ``cos`` [Q, k]; q is NaN where Σw = 0."""
+    known = np.isfinite(rate)
+    w = np.where(known, np.maximum(cos, 0.0), 0.0)  # [Q, k]
+    total = w.sum(axis=1)  # [Q]
+    weighted = (w * np.where(known, rate, 0.0)).sum(axis=1)
+    q = np.divide(weighted, total, out=np.full(len(total), np.nan), where=total > 0)
+    return q, total
+
+
+def blend_prediction(alpha: np.ndarray, beta: np.ndarray, q: np.ndarray, strength: float) -> np.ndarray:
+    """[Q] p̂ = (α + κq) / (α + β + κ), κ = strength where q is known (else the posterior mean α/(α+β))."""
+    kappa = np.where(np.isfinite(q), strength, 0.0)
+    return (alpha + kappa * np.nan_to_num(q)) / (alpha + beta + kappa)
+
+
+def rollout_rows(batch: RolloutBatch, success_threshold: float) -> torch.Tensor:
+    """[N, 3] float64 (prompt id, reward, success 0/1) per rollout, kept or not: what every rank gathers."""
+    rewards = batch.rewards.double()
+    success = (rewards >= success_threshold - 1e-6).double()
+    return torch.stack([batch.prompt_ids.double(), rewards, success], dim=1).reshape(-1, 3)
+
+
+# --------------------------------------------------------------------------- the selector
+
+
+class LEEPS(PromptSelector):
+    """Exploit prompts that had reward variance, explore the rest by a neighbour-informed success estimate.
+
+    Args:
+        k: neighbours per explore candidate (16).
+        refresh_every: R, re-embed a candidate whose embedding is this many steps old (50; policy encoder only).
+        window: steps in the moving average of each portfolio's non-trivial ratio (10).
+        floor: least share of B each portfolio gets, rounded up to whole prompts (0.1).
+        initial_ratio: each portfolio's non-trivial ratio before it has groups (0.5).
+        neighbour_strength: κ, pseudo-rollouts the neighbour estimate adds to a prompt's
+            Beta posterior (4.0); 0 ranks by own history only.
+        prior_alpha: α0 of the own Beta posterior (1.0).
+        prior_beta: β0 of the own Beta posterior (1.0).
+        success_threshold: a rollout succeeds when its reward is ≥ this (1.0).
+        encoder: "policy" (last-layer final-prompt-token hidden state) or "minilm" (offline).
+        encoder_path: model directory for "minilm" (default: the packaged one).
+        layer: hidden-state layer of the policy encoder (−1: last).
+        embed_batch_size: prompts per embedding forward (64).
+        index: "flat" (exact IndexFlatIP) or "hnsw" (approximate).
+        hnsw_m: HNSW graph degree (32).
+        hnsw_ef_search: HNSW search breadth (64).
+        search_backend: "faiss" (default) or "torch": who searches the flat index (both exact).
+        reembed_on_mismatch: on resume with embeddings of another dimension (another model or
+            encoder), drop them and re-embed instead of failing.
+    """
+
+    def __init__(
+        self,
+        k: int = 16,
+        refresh_every: int = 50,
+        window: int = 10,
+        floor: float = 0.1,
+        initial_ratio: float = 0.5,
+        neighbour_strength: float = 4.0,
+        prior_alpha: float = 1.0,
+        prior_beta: float = 1.0,
+        success_threshold: float = 1.0,
+        encoder: str = "policy",
+        encoder_path: Optional[str] = None,
+        layer: int = -1,
+        embed_batch_size: int = 64,
+        index: str = "flat",
+        hnsw_m: int = 32,
+        hnsw_ef_search: int = 64,
+        search_backend: str = "faiss",
+        reembed_on_mismatch: bool = False,
+    ) -> None:
+        super().__init__()
+        checks = [
+            (k >= 1, f"LEEPS.k (neighbours) must be >= 1, got {k!r}"),
+            (refresh_every >= 1, f"LEEPS.refresh_every (R) must be >= 1 step, got {refresh_every!r}"),
+            (window >= 1, f"LEEPS.window must be >= 1 step, got {window!r}"),
+            (0.0 <= floor <= 0.5, f"LEEPS.floor must be in [0, 0.5] (a share of B per portfolio), got {floor!r}"),
+            (0.0 <= initial_ratio <= 1.0, f"LEEPS.initial_ratio must be in [0, 1], got {initial_ratio!r}"),
+            (neighbour_strength >= 0, f"LEEPS.neighbour_strength (κ) must be >= 0, got {neighbour_strength!r}"),
+            (prior_alpha > 0 and prior_beta > 0, f"LEEPS.prior_alpha and prior_beta must be > 0, got {prior_alpha!r}, {prior_beta!r}"),
+            (encoder in ("policy", "minilm"), f"LEEPS.encoder must be 'policy' or 'minilm', got {encoder!r}"),
+            (index in ("flat", "hnsw"), f"LEEPS.index must be 'flat' (exact) or 'hnsw' (approximate), got {index!r}"),
+            (search_backend == "faiss" or (search_backend == "torch" and index == "flat"),
+             f"LEEPS.search_backend must be 'faiss', or 'torch' with index: flat; got {search_backend!r} with index: {index}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        self.k, self.refresh_every, self.window = int(k), int(refresh_every), int(window)
+        self.floor, self.initial_ratio = float(floor), float(initial_ratio)
+        self.neighbour_strength = float(neighbour_strength)
+        self.prior_alpha, self.prior_beta = float(prior_alpha), float(prior_beta)
+        self.success_threshold = float(success_threshold)
+        self.encoder_name, self.encoder_path, self.layer = encoder, encoder_path, int(layer)
+        self.embed_batch_size = int(embed_batch_size)
+        self.index_kind, self.hnsw_m, self.hnsw_ef_search = index, int(hnsw_m), int(hnsw_ef_search)
+        self.search_backend = search_backend
+        self.reembed_on_mismatch = bool(reembed_on_mismatch)
+        self.encoder: Optional[PromptEncoder] = None
+        """Built at setup; tests may set their own (anything with ``refreshes``, ``dim``, ``encode``)."""
+        self.index: Optional[PromptIndex] = None
+        self.table = PromptTable(
+            {
+                "alpha": (np.float64, self.prior_alpha),
+                "beta": (np.float64, self.prior_beta),
+                "last_step": (np.int64, -1),  # step of the last observed group, −1: none
+                "last_success": (np.float64, 0.0),  # its success rate (valid where last_step >= 0)
+                "last_var": (np.float64, 0.0),  # its reward variance (population)
+                "last_nontrivial": (np.bool_, False),  # it had reward variance: the exploit portfolio
+                "predicted_step": (np.int64, -1),  # step of the last explore prediction
+                "predicted": (np.float64, 0.0),  # p̂ then (own + neighbours; valid where predicted_step >= 0)
+                "predicted_own": (np.float64, 0.0),  # α/(α+β) then (own history only)
+            }
+        )
+        self.window_nontrivial = np.zeros((self.window, 2), dtype=np.int64)
+        """[W, 2] groups with reward variance per (step slot, portfolio)."""
+        self.window_groups = np.zeros((self.window, 2), dtype=np.int64)
+        """[W, 2] groups observed per (step slot, portfolio)."""
+        self.updates = 0
+        self._pending_index: Optional[dict[str, Any]] = None
+        self._metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ setup and state
+
+    def _state_key_fields(self) -> dict[str, Any]:
+        return {"encoder": self.encoder_name, "layer": self.layer, "prior_alpha": self.prior_alpha, "prior_beta": self.prior_beta}
+
+    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+        """Build the index and encoder; fail on a missing faiss or a resumed index of another dimension."""
+        import_faiss()
+        warn_if_pool_is_batch_sized(trainer, "LEEPS", "set data.pool_multiple > 1, e.g. 4")
+        if self.encoder is None:
+            self.encoder = build_encoder(self.encoder_name, self.embed_batch_size, self.layer, self.encoder_path)
+        self._ensure_index()
+        dim = self.encoder.dim(pl_module)
+        if self.index.dim is not None and self.index.dim != dim:
+            if not self.reembed_on_mismatch:
+                raise ValueError(
+                    f"LEEPS: the checkpoint's prompt embeddings are {self.index.dim}-dimensional but the encoder "
+                    f"({self.encoder_name}) gives {dim}: the checkpoint was written with another model or encoder. "
+                    "Resume with the same model.policy and LEEPS.encoder, or set LEEPS.reembed_on_mismatch: true "
+                    "to drop the stored embeddings and re-embed"
+                )
+            self.index = self._new_index()
+
+    def _new_index(self) -> PromptIndex:
+        return PromptIndex(self.index_kind, self.hnsw_m, self.hnsw_ef_search, search_backend=self.search_backend)
+
+    def _ensure_index(self) -> PromptIndex:
+        if self.index is None:
+            self.index = self._new_index()
+            if self._pending_index is not None:
+                self.index.load_state_dict(self._pending_index)
+                self._pending_index = None
+        return self.index
+
+    def state_dict(self) -> dict[str, Any]:
+        index = self.index.state_dict() if self.index is not None else (self._pending_index or {})
+        return {
+            "table": table_state(self.table),
+            "index": index,
+            "window_nontrivial": torch.from_numpy(self.window_nontrivial.copy()),
+            "window_groups": torch.from_numpy(self.window_groups.copy()),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.table.load_state_dict({k: torch.as_tensor(v).numpy() for k, v in state_dict.get("table", {}).items()})
+        for name in ("window_nontrivial", "window_groups"):
+            if name in state_dict:
+                saved = torch.as_tensor(state_dict[name]).numpy().astype(np.int64)
+                if saved.shape != (self.window, 2):
+                    raise ValueError(f"LEEPS: the checkpoint's window is {saved.shape[0]} steps but LEEPS.window is {self.window}: resume with window: {saved.shape[0]}")
+                setattr(self, name, saved.copy())
+        self.updates = int(state_dict.get("updates", 0))
+        self.index, self._pending_index = None, state_dict.get("index")  # loaded at setup (faiss checked there)
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
+
+    # ------------------------------------------------------------------ estimates
+
+    def nontrivial_ratios(self) -> tuple[float, float]:
+        """(exploit, explore) share of groups with reward variance over the window (``initial_ratio`` before any)."""
+        groups = self.window_groups.sum(axis=0)  # [2]
+        hits = self.window_nontrivial.sum(axis=0)
+        r = [hits[p] / groups[p] if groups[p] > 0 else self.initial_ratio for p in (EXPLOIT, EXPLORE)]
+        return float(r[0]), float(r[1])
+
+    def predict(self, ids: Any) -> dict[str, np.ndarray]:
+        """Explore estimates for embedded prompt ids [Q]: p̂, own posterior mean, q, neighbours with history."""
+        ids = np.asarray(ids, dtype=np.int64)
+        nbr, cos = self._ensure_index().search(ids, self.k)  # [Q, k]
+        has_nbr = nbr >= 0
+        seen = np.zeros_like(has_nbr)
+        seen[has_nbr] = self.table.get("last_step", nbr[has_nbr]) >= 0
+        rate = np.full(nbr.shape, np.nan)
+        rate[seen] = self.table.get("last_success", nbr[seen])
+        q, _ = neighbour_mean(rate, cos)  # [Q]
+        alpha, beta = self.table.get("alpha", ids), self.table.get("beta", ids)
+        return {
+            "p_hat": blend_prediction(alpha, beta, q, self.neighbour_strength),
+            "p_own": alpha / (alpha + beta),
+            "q": q,
+            "neighbours": has_nbr.sum(axis=1),
+            "neighbours_seen": seen.sum(axis=1),
+        }
+
+    # ------------------------------------------------------------------ pre-rollout
+
+    def embed(self, trainer: Optional[pl.Trainer], pl_module: "GRPOModule", pool: PromptPool, indices: np.ndarray, step: int) -> int:
+        """Embed the pool prompts at ``indices`` never embedded or stale (≥ R steps); returns how many."""
+        index = self._ensure_index()
+        ids = pool.ids.numpy()[indices]
+        ids, first = np.unique(ids, return_index=True)
+        when = index.embedded_step(ids)
+        stale = (when < 0) | (self.encoder.refreshes & (step - when >= self.refresh_every))
+        need, at = ids[stale], indices[first[stale]]
+        if need.size == 0:
+            return 0
+        vectors = self.encoder.encode(pl_module, [pool.messages[i] for i in at.tolist()])  # [n, D]
+        if trainer is not None and trainer.world_size > 1:
+            vectors = trainer.strategy.broadcast(vectors, src=0)  # every rank indexes rank 0's vectors
+        index.upsert(need, vectors, step)
+        return int(need.size)
+
+    def select(self, pool: PromptPool, step: int) -> None:
+        """Narrow ``pool.keep`` to B eligible candidates: exploit by last variance, explore by p̂(1 − p̂).
+
+        Every eligible candidate must be embedded (``embed``) before.
+        """
+        t0 = time.perf_counter()
+        eligible = np.asarray(pool.eligible(), dtype=np.int64)
+        ids = pool.ids.numpy()[eligible]  # [E]
+        exploit = self.table.get("last_nontrivial", ids)  # [E] bool
+        ex_idx, xp_idx = np.flatnonzero(exploit), np.flatnonzero(~exploit)
+        t_query = time.perf_counter()
+        est = self.predict(ids[xp_idx])  # [X] each
+        query_s = time.perf_counter() - t_query
+        ratios = self.nontrivial_ratios()
+        n_exploit, n_explore = split_slots(pool.batch_size, ratios, (len(ex_idx), len(xp_idx)), self.floor)
+        ex_pick = ex_idx[np.argsort(-self.table.get("last_var", ids[ex_idx]), kind="stable")[:n_exploit]]
+        p_hat = est["p_hat"]
+        xp_order = np.argsort(-(p_hat * (1.0 - p_hat)), kind="stable")[:n_explore]
+        xp_pick = xp_idx[xp_order]
+        picked_ids = ids[xp_pick]
+        self.table.set("predicted_step", picked_ids, step)
+        self.table.set("predicted", picked_ids, p_hat[xp_order])
+        self.table.set("predicted_own", picked_ids, est["p_own"][xp_order])
+        if len(eligible) > pool.batch_size:
+            keep = torch.zeros(len(pool), dtype=torch.bool)
+            keep[torch.from_numpy(eligible[np.concatenate([ex_pick, xp_pick])])] = True
+            pool.keep &= keep
+        chosen = max(len(ex_pick) + len(xp_pick), 1)
+        slots = est["neighbours"].sum()
+        self._metrics.update(
+            {
+                "candidates": float(len(eligible)),
+                "candidates_exploit": float(len(ex_idx)),
+                "exploit_share": len(ex_pick) / chosen,
+                "explore_share": len(xp_pick) / chosen,
+                "exploit_nontrivial": ratios[EXPLOIT],
+                "explore_nontrivial": ratios[EXPLORE],
+                "neighbour_hit_rate": float(est["neighbours_seen"].sum() / slots) if slots else float("nan"),
+                "p_hat_selected_mean": float(p_hat[xp_order].mean()) if len(xp_order) else float("nan"),
+                "index_size": float(len(self.index)),
+                "query_s": query_s,
+                "select_s": time.perf_counter() - t0,
+            }
+        )
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: Any, batch_idx: int) -> None:
+        if not isinstance(batch, PromptPool):
+            return
+        step = int(pl_module.steps_done)
+        t0 = time.perf_counter()
+        embedded = self.embed(trainer, pl_module, batch, np.asarray(batch.eligible(), dtype=np.int64), step)
+        self._metrics = {"embed_s": time.perf_counter() - t0, "embedded": float(embedded)}
+        self.select(batch, step)
+
+    # ------------------------------------------------------------------ observe
+
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+        rows = gather_rows(trainer, rollout_rows(batch, self.success_threshold))  # [N, 3] from every rank
+        self.observe(rows.numpy(), int(pl_module.steps_done))
+
+    def observe(self, rows: np.ndarray, step: int) -> None:
+        """Update from [N, 3] (prompt id, reward, success) rollout rows of ``step``: portfolio ratios,
+        prediction error, then each group's posterior and last-group record."""
+        rows = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+        pid, reward, success = rows[:, 0].astype(np.int64), rows[:, 1], rows[:, 2]
+        ids, inv = np.unique(pid, return_inverse=True)  # [U], [N]
+        n = np.bincount(inv, minlength=len(ids)).astype(np.float64)  # [U]
+        rate = np.bincount(inv, weights=success, minlength=len(ids)) / np.maximum(n, 1)
+        mean = np.bincount(inv, weights=reward, minlength=len(ids)) / np.maximum(n, 1)
+        var = np.bincount(inv, weights=(reward - mean[inv]) ** 2, minlength=len(ids)) / np.maximum(n, 1)
+        nontrivial = np.zeros(len(ids), dtype=bool)
+        nontrivial[inv] = ~zero_variance_groups(torch.from_numpy(reward), torch.from_numpy(inv)).numpy()
+
+        # Portfolio of each group as it was at selection: exploit iff its previous group had variance.
+        portfolio = np.where(self.table.get("last_nontrivial", ids), EXPLOIT, EXPLORE)
+        slot = self.updates % self.window
+        for p in (EXPLOIT, EXPLORE):
+            self.window_groups[slot, p] = int((portfolio == p).sum())
+            self.window_nontrivial[slot, p] = int((nontrivial & (portfolio == p)).sum())
+
+        predicted = self.table.get("predicted_step", ids) == step  # explore picks of this step
+        err = np.abs(self.table.get("predicted", ids[predicted]) - rate[predicted])
+        err_own = np.abs(self.table.get("predicted_own", ids[predicted]) - rate[predicted])
+
+        self.table.set("alpha", ids, self.table.get("alpha", ids) + n * rate)
+        self.table.set("beta", ids, self.table.get("beta", ids) + n * (1.0 - rate))
+        self.table.set("last_step", ids, step)
+        self.table.set("last_success", ids, rate)
+        self.table.set("last_var", ids, var)
+        self.table.set("last_nontrivial", ids, nontrivial)
+        self.updates += 1
+        groups = np.bincount(portfolio, minlength=2)
+        hits = np.bincount(portfolio, weights=nontrivial, minlength=2)
+        self._metrics.update(
+            {
+                "groups_observed": float(len(ids)),
+                "exploit_nontrivial_step": float(hits[EXPLOIT] / groups[EXPLOIT]) if groups[EXPLOIT] else float("nan"),
+                "explore_nontrivial_step": float(hits[EXPLORE] / groups[EXPLORE]) if groups[EXPLORE] else float("nan"),
+                "predicted_vs_observed_mae": float(err.mean()) if err.size else float("nan"),
+                "predicted_vs_observed_mae_own": float(err_own.mean()) if err_own.size else float("nan"),
+            }
+        )

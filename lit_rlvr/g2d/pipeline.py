@@ -1,0 +1,115 @@
+"""The G2D pipeline: warm-up, harvest and DPO as three ``lit-rlvr`` commands, with K as one flag.
+
+Each stage is the documented command with its outputs placed under one folder::
+
+    lit-rlvr fit     --config configs/g2d/warmup.yaml  --trainer.max_steps K  --trainer.default_root_dir OUT/warmup ...
+    lit-rlvr predict --config configs/g2d/harvest.yaml --model.policy.name_or_path OUT/warmup/policy ...
+    lit-rlvr fit     --config configs/g2d/dpo.yaml     --data.pairs OUT/harvest/pairs.jsonl ...
+
+K = 0 runs a warm-up of no step (the export is the original model), so the harvest samples
+the original model. DPO starts from the original model (the configs' ``policy``) unless
+``dpo_from="warmup"``. Every stage's ``ComputeMeter`` writes ``compute.json``; the pipeline
+adds them up in ``OUT/compute.json`` (token passes, see ``lit_rlvr.g2d.compute``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from lit_rlvr.g2d.compute import Compute
+
+log = logging.getLogger(__name__)
+
+STAGES = ("warmup", "harvest", "dpo")
+DPO_FROM = ("original", "warmup")
+
+
+def stage_commands(
+    k: int,
+    out: str | Path,
+    config_dir: str | Path = "configs/g2d",
+    overlay_dir: Optional[str | Path] = None,
+    dpo_from: str = "original",
+    extra: Optional[dict[str, Sequence[str]]] = None,
+) -> dict[str, list[str]]:
+    """The ``lit-rlvr`` arguments of each stage (stage name -> argv without the program name)."""
+    if k < 0:
+        raise ValueError(f"K (warm-up steps) must be >= 0, got {k}")
+    if dpo_from not in DPO_FROM:
+        raise ValueError(f"dpo_from must be one of {DPO_FROM}, got {dpo_from!r}")
+    out, config_dir = Path(out), Path(config_dir)
+    warm_policy = out / "warmup" / "policy"
+
+    def configs(stage: str) -> list[str]:
+        args = ["--config", str(config_dir / f"{stage}.yaml")]
+        if overlay_dir is not None and (Path(overlay_dir) / f"{stage}.yaml").is_file():
+            args += ["--config", str(Path(overlay_dir) / f"{stage}.yaml")]
+        return args
+
+    def placed(stage: str) -> list[str]:
+        return [f"--trainer.default_root_dir={out / stage}"]
+
+    commands = {
+        "warmup": ["fit", *configs("warmup"), *placed("warmup"), f"--trainer.max_steps={k}",
+                   f"--model.export_dir={warm_policy}", "--model.export_merged=true"],
+        "harvest": ["predict", *configs("harvest"), *placed("harvest"), f"--model.policy.name_or_path={warm_policy}"],
+        "dpo": ["fit", *configs("dpo"), *placed("dpo"),
+                f"--data.pairs={out / 'harvest' / 'pairs.jsonl'}", f"--model.export_dir={out / 'dpo' / 'policy'}"],
+    }
+    if dpo_from == "warmup":
+        commands["dpo"].append(f"--model.policy.name_or_path={warm_policy}")
+    for stage, args in (extra or {}).items():
+        commands[stage] += list(args)
+    return commands
+
+
+def total_compute(out: str | Path) -> dict[str, Any]:
+    """Every stage's ``compute.json`` under ``out`` and their sum."""
+    stages = {}
+    for stage in STAGES:
+        path = Path(out) / stage / "compute.json"
+        if path.is_file():
+            stages[stage] = Compute.from_dict(json.loads(path.read_text()))
+    total = sum(stages.values(), Compute())
+    return {"stages": {s: c.to_dict() for s, c in stages.items()}, "total": total.to_dict()}
+
+
+def format_compute(report: dict[str, Any]) -> str:
+    rows = [*report["stages"].items(), ("total", report["total"])]
+    lines = [f"{'stage':<8} {'generated':>10} {'prefill':>10} {'train':>10} {'forward':>10} {'token passes':>13} {'wall s':>8}"]
+    for name, c in rows:
+        lines.append(
+            f"{name:<8} {c['generated_tokens']:>10} {c['prefill_tokens']:>10} {c['train_tokens']:>10} "
+            f"{c['forward_tokens']:>10} {c['token_passes']:>13} {c['wall_seconds']:>8.1f}"
+        )
+    return "\n".join(lines)
+
+
+def run_pipeline(
+    k: int,
+    out: str | Path = "runs/g2d",
+    config_dir: str | Path = "configs/g2d",
+    overlay_dir: Optional[str | Path] = None,
+    dpo_from: str = "original",
+    extra: Optional[dict[str, Sequence[str]]] = None,
+    stages: Sequence[str] = STAGES,
+) -> dict[str, Any]:
+    """Run the chosen stages in this process, in order; returns (and saves) the compute report."""
+    from lit_rlvr.cli import main
+
+    commands = stage_commands(k, out, config_dir, overlay_dir, dpo_from, extra)
+    for stage in STAGES:
+        if stage in stages:
+            log.warning("G2D %s: lit-rlvr %s", stage, " ".join(commands[stage]))
+            main(commands[stage])
+    report = {"k": k, "dpo_from": dpo_from, **total_compute(out)}
+    summary = Path(out) / "harvest" / "summary.json"
+    if summary.is_file():
+        report["harvest"] = json.loads(summary.read_text())
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "compute.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(format_compute(report))
+    return report

@@ -1,0 +1,269 @@
+"""PolicyModule: what every lit-rlvr LightningModule shares, whatever its objective.
+
+GRPOModule (online RL), DPOModule (offline preference fit) and HarvestModule
+(preference-pair sampling) all hold one policy loaded by ``lit_rlvr.policy``,
+optionally with LoRA, sample from it through a rollout engine, score with a
+``RewardScorer``, and save checkpoints and exports the same way. This base owns
+those parts once, so the three differ only in their step:
+
+- policy loading (``configure_model``; FSDP2 sharding under ModelParallelStrategy,
+  ``lit_rlvr.sharding``) and the frozen reference (LoRA's disabled
+  adapter, or a frozen copy when there is no adapter and a subclass asks for one);
+- the rollout engine, built lazily from ``rollout_settings``;
+- held-out accuracy (``correctness``, ``validation_step``, the step-0 measure), so
+  every objective is compared on one axis;
+- the optimizer (AdamW, linear warm-up), periodic checkpoints, LoRA-only checkpoint
+  state dicts with the RNG states, and the export at the end of fit.
+
+Subclasses set ``rollout_settings`` (RolloutSettings), ``eval_settings``
+(EvalSettings) and ``optimizer_settings`` (OptimizerSettings) through ``__init__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import random
+from typing import TYPE_CHECKING, Any, Optional
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from lit_rlvr.checkpointing import SafeCheckpoints
+from lit_rlvr.data.metrics import MeanAtK, PassAtOne
+from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
+from lit_rlvr.preemption import StopOnSignal
+from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
+from lit_rlvr.rollout import SamplingConfig, build_engine
+from lit_rlvr.rollout.loop import flatten, generate_for_eval
+from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, is_sharded, shard_policy, unsharded_for_export
+from lit_rlvr.types import PromptPool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lit_rlvr.settings import EvalSettings, OptimizerSettings, RolloutSettings
+
+log = logging.getLogger(__name__)
+
+
+class PolicyModule(pl.LightningModule):
+    """A policy, its engine, rewards, held-out accuracy, optimizer, checkpoints and export.
+
+    Args:
+        policy: which model (a Hugging Face path, the packaged SmolLM2, or "tiny") and LoRA.
+        rollout: sampling and the rollout engine (the completion cap is validation's default).
+        optimizer: AdamW settings.
+        evaluation: held-out accuracy settings.
+        rewards: reward functions, summed with their weights (default: reasoning-gym's scorer).
+        accuracy_reward: name of the reward whose score >= 1 counts as "correct" (default: the first).
+        seed: seeds sampling.
+        export_dir: save the policy here with save_pretrained at the end of fit (None: don't).
+        export_merged: export LoRA merged into the base weights instead of the adapter alone.
+        checkpoint_every_n_steps: save a resumable checkpoint (and last.ckpt) every N training
+            steps (None: only what trainer.callbacks configures).
+        sharding: FSDP2 options (mixed precision, CPU offload), used under ModelParallelStrategy.
+    """
+
+    def __init__(
+        self,
+        policy: PolicyConfig,
+        rollout: "RolloutSettings",
+        optimizer: "OptimizerSettings",
+        evaluation: "EvalSettings",
+        rewards: Optional[list[RewardFunction]] = None,
+        accuracy_reward: Optional[str] = None,
+        seed: int = 0,
+        export_dir: Optional[str] = None,
+        export_merged: bool = False,
+        checkpoint_every_n_steps: Optional[int] = 50,
+        sharding: Optional[ShardingSettings] = None,
+    ) -> None:
+        super().__init__()
+        self.sharding = sharding or ShardingSettings()
+        self.policy_config = policy
+        self.rollout_settings = rollout
+        self.optimizer_settings = optimizer
+        self.eval_settings = evaluation
+        self.scorer = RewardScorer(list(rewards) if rewards else [ReasoningGymReward()])
+        names = [f.name for f in self.scorer.functions]
+        if accuracy_reward is not None and accuracy_reward not in names:
+            raise ValueError(f"model.accuracy_reward={accuracy_reward!r} is not a configured reward; choose one of {names}")
+        self.accuracy_reward = accuracy_reward or names[0]
+        self.seed = seed
+        self.export_dir = export_dir
+        self.export_merged = export_merged
+        self.checkpoint_every_n_steps = checkpoint_every_n_steps
+        self.policy: Optional[torch.nn.Module] = None
+        self.tokenizer: Any = None
+        self._reference: list[torch.nn.Module] = []  # a list hides it from state_dict and .to()
+        self._engine: Any = None
+        self.val_pass_at_1 = PassAtOne()
+        self.val_mean_at_k = MeanAtK(max(evaluation.num_samples, 1))
+        self.strict_loading = False  # LoRA checkpoints hold the adapter only
+        # No save_hyperparameters(): LightningCLI writes the full config.yaml beside the logs, and
+        # checkpoints stay loadable with torch.load(weights_only=True) (plain tensors and numbers only).
+
+    # ------------------------------------------------------------------ set-up
+
+    @property
+    def needs_frozen_copy(self) -> bool:
+        """Whether the objective needs a reference policy (a frozen copy when there is no LoRA)."""
+        return False
+
+    def configure_model(self) -> None:
+        """Load the policy once; under ModelParallelStrategy shard it (and the reference) with FSDP2."""
+        if self.policy is None:
+            self.policy, self.tokenizer = load_policy(self.policy_config)
+            if self.needs_frozen_copy and not self._uses_lora:
+                self._reference = [copy.deepcopy(self.policy).eval().requires_grad_(False)]
+        mesh = data_parallel_mesh(self._trainer)
+        if mesh is not None and not is_sharded(self.policy):
+            for model in [self.policy, *self._reference]:
+                shard_policy(model, mesh, self.sharding)
+
+    @property
+    def _uses_lora(self) -> bool:
+        return self.policy_config.lora is not None
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            self._engine = build_engine(
+                self.rollout_settings.engine, self.policy, self.tokenizer, **self.rollout_settings.engine_options
+            )
+        return self._engine
+
+    def setup(self, stage: str) -> None:
+        self.configure_model()
+        if self._reference:
+            self._reference[0].to(self.device)
+
+    @contextlib.contextmanager
+    def _reference_context(self):
+        """The reference policy: LoRA's base (adapter disabled) or the frozen copy."""
+        if self._uses_lora:
+            with self.policy.disable_adapter():
+                yield self.policy
+        else:
+            yield self._reference[0]
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        safety = [SafeCheckpoints(), StopOnSignal()]  # atomic, finite checkpoint files; save and stop on SIGTERM/Ctrl-C
+        if not self.checkpoint_every_n_steps:
+            return safety
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        return [ModelCheckpoint(every_n_train_steps=self.checkpoint_every_n_steps, save_last=True), *safety]
+
+    def configure_optimizers(self) -> Any:
+        o = self.optimizer_settings
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas))
+        warmup = max(o.warmup_steps, 0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    @property
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    def _correct(self, batch_components: dict[str, torch.Tensor], n: int) -> torch.Tensor:
+        scores = batch_components.get(self.accuracy_reward)
+        return scores >= 1.0 - 1e-6 if scores is not None else torch.zeros(n, dtype=torch.bool)
+
+    # ------------------------------------------------------------------ validation
+
+    def validation_step(self, pool: PromptPool, batch_idx: int) -> None:
+        greedy, sampled = self.correctness(pool, batch_idx)
+        self.val_pass_at_1.update(greedy)
+        self.log("val/pass@1", self.val_pass_at_1, batch_size=len(pool), prog_bar=True)
+        if sampled is not None:
+            self.val_mean_at_k.update(sampled)
+            self.log(f"val/mean@{sampled.shape[1]}", self.val_mean_at_k, batch_size=len(pool))
+
+    @torch.no_grad()
+    def correctness(
+        self, pool: PromptPool, batch_idx: int = 0, sampled: bool = True
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Correctness of one pool of prompts: greedy [P], and [P, k] over k samples if k > 0 and ``sampled``."""
+        e = self.eval_settings
+        max_new = e.max_new_tokens or self.rollout_settings.max_new_tokens
+        greedy = flatten(generate_for_eval(self.engine, self.tokenizer, pool, SamplingConfig(0.0, 1.0, max_new), 1))
+        result = self.scorer.score([c.text for c in greedy], pool.answers, pool.metadata)
+        greedy_correct = self._correct(result.components, len(greedy)).float()  # [P]
+        if e.num_samples <= 0 or not sampled:
+            return greedy_correct, None
+        sampling = SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
+        sampled = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, e.num_samples))
+        answers = [a for a in pool.answers for _ in range(e.num_samples)]
+        metadata = [m for m in pool.metadata for _ in range(e.num_samples)]
+        result = self.scorer.score([c.text for c in sampled], answers, metadata)
+        return greedy_correct, self._correct(result.components, len(sampled)).float().view(len(pool), e.num_samples)
+
+    def on_train_start(self) -> None:
+        """With evaluation.before_training, log held-out accuracy at step 0 (Lightning's sanity check logs nothing)."""
+        if not self.eval_settings.before_training or self.trainer.global_step > 0 or self.trainer.limit_val_batches == 0:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None:
+            return
+        limit = self.trainer.limit_val_batches
+        pass_at_1, mean_at_k = PassAtOne().to(self.device), MeanAtK(max(self.eval_settings.num_samples, 1)).to(self.device)
+        for i, pool in enumerate(datamodule.val_dataloader()):
+            if isinstance(limit, int) and i >= limit:
+                break
+            greedy, sampled = self.correctness(pool, i)
+            pass_at_1.update(greedy)
+            if sampled is not None:
+                mean_at_k.update(sampled)
+        metrics = {"val/pass@1": float(pass_at_1.compute())}
+        if self.eval_settings.num_samples > 0:
+            metrics[f"val/mean@{self.eval_settings.num_samples}"] = float(mean_at_k.compute())
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=0)
+        log.info("held-out accuracy before training: %s", {k: round(v, 4) for k, v in metrics.items()})
+
+    # ------------------------------------------------------------------ checkpoints and export
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self._uses_lora and not _holds_shards(checkpoint):  # the base weights come from policy.name_or_path: keep the adapter only
+            # (a sharded checkpoint keeps them: each rank writes its shard, and resuming loads every key)
+            trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        checkpoint.setdefault("lit_rlvr", {})["rng"] = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": _numpy_rng_state(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.configure_model()
+        rng = checkpoint.get("lit_rlvr", {}).get("rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+            np.random.set_state(_numpy_rng_state(rng["numpy"]))
+
+    def on_fit_end(self) -> None:
+        if not self.export_dir:
+            return
+        policy = unsharded_for_export(self.policy, self.policy_config) if is_sharded(self.policy) else self.policy
+        if self.trainer.is_global_zero:
+            export_policy(policy, self.tokenizer, self.export_dir, merge=self.export_merged)
+            log.info("exported the trained policy to %s", self.export_dir)
+
+
+def _holds_shards(checkpoint: dict[str, Any]) -> bool:
+    """Whether the checkpoint's weights are DTensor shards (a distributed-checkpoint save)."""
+    return any(hasattr(v, "to_local") for v in checkpoint.get("state_dict", {}).values())
+
+
+def _numpy_rng_state(saved: Optional[tuple] = None) -> tuple:
+    """numpy's global RNG state as weights_only-safe values (tensor instead of ndarray), and back."""
+    if saved is None:
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        return (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
+    name, keys, pos, has_gauss, cached = saved
+    return (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached)
