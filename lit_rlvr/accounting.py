@@ -66,18 +66,19 @@ def step_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, float]
     in_gradient = batch.keep & (adv != 0)
     groups_in_gradient = len(torch.unique(batch.prompt_index[in_gradient]))
     lengths = batch.completion_lengths.float()
+    generated = n + batch.discarded_rollouts  # a GroupReviser's replaced and failed rollouts count too
     return {
-        "rollouts/generated": float(n),
+        "rollouts/generated": float(generated),
         "rollouts/kept": float(batch.keep.sum()),
         "rollouts/in_gradient": float(in_gradient.sum()),
         "rollouts/effective": float((~zero_var).sum()),
-        "rollouts/effective_ratio": float((~zero_var).float().mean()) if n else 0.0,
+        "rollouts/effective_ratio": float((~zero_var).float().sum() / generated) if generated else 0.0,
         "rollouts/truncated_ratio": mean_or_nan(batch.truncated),
         "groups/generated": float(len(groups)),
         "groups/in_gradient": float(groups_in_gradient),
         "groups/solve_all": float(solve_all),
         "groups/solve_none": float(solve_none),
-        "tokens/generated": float(lengths.sum()),
+        "tokens/generated": float(lengths.sum()) + batch.discarded_tokens,
         "reward/mean": mean_or_nan(batch.rewards),
         "reward/accuracy": mean_or_nan(correct),
         "completion/length_mean": mean_or_nan(lengths),

@@ -31,12 +31,15 @@ from lit_rlvr.guards import NonFiniteGuard
 from lit_rlvr.losses import Normalizer, aggregate, clipped_surrogate, k3_kl, loss_sequences, overlong_penalty
 from lit_rlvr.policy import PolicyConfig
 from lit_rlvr.policy_module import PolicyModule
+from lit_rlvr.prefix import shared_prompt_logprobs
 from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rollout import SamplingConfig
 from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats
 from lit_rlvr.settings import EvalSettings, LossSettings, OptimizerSettings, RolloutSettings
-from lit_rlvr.sharding import ShardingSettings, in_lockstep, is_sharded, no_gradient_sync
+from lit_rlvr.rollout.revise import revise
+from lit_rlvr.sharding import ShardingSettings, in_lockstep, is_sharded, max_over_ranks, no_gradient_sync
 from lit_rlvr.types import PromptPool, RolloutBatch
+from lit_rlvr.update import plan_update
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,7 @@ class GRPOModule(PolicyModule):
         # 1. pre-rollout: Lightning has already run every PromptSelector's on_train_batch_start on `pool`.
         # 2-3. rollout + reward: rounds of batched generation, each scored, as the allocator plans.
         batch, rollout_stats = self._rollout(pool)
+        batch = revise(self, batch, rollout_stats)  # 3b. revise: a GroupReviser may replace groups (OC-GRPO).
         self._apply_overlong_penalty(batch)
         # 4. observe: every selector sees every scored rollout, kept or not.
         for selector in self._selectors(SelectionCallback):
@@ -197,16 +201,22 @@ class GRPOModule(PolicyModule):
         s = self.loss_settings
         rows = torch.nonzero(batch.keep).flatten()
         tensors = collate_rollouts(batch, rows, self._pad_id, self.rollout_settings.mask_truncated).to(self.device)
-        if len(tensors) == 0:
-            # No rollout to learn from on this rank: a zero-weight row keeps DDP's collectives in step.
-            tensors = self._empty_row()
-        normalizer = self._global_normalizer(tensors)
+        normalizer = self._global_normalizer(tensors)  # over every kept row, skipped ones included
         t0 = time.perf_counter()
-        self._fill_old_and_ref_logprobs(tensors)
+        plan = plan_update(
+            tensors,
+            skip_rows=s.skip_zero_advantage and not self._loss_reads_every_row,
+            micro_batch_size=s.micro_batch_size,
+            micro_batch_tokens=s.micro_batch_tokens,
+            empty_row=self._empty_row,  # no row left on this rank: a zero-weight row keeps DDP's collectives in step
+        )
+        micro = plan.micro_batches
+        if in_lockstep(self.policy):  # FSDP2: each forward gathers from every rank, so ranks run as many micro-batches
+            micro = micro + [self._empty_row() for _ in range(max_over_ranks(len(micro), self.device) - len(micro))]
+        self._fill_ref_logprobs(micro)
         opt = self.optimizers()
         sched = self.lr_schedulers()
         totals = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0}
-        micro = list(tensors.micro_batches(s.micro_batch_size))
         self.nonfinite.begin_step()
         for _ in range(s.num_iterations):
             iteration_loss = 0.0
@@ -228,12 +238,23 @@ class GRPOModule(PolicyModule):
             sched.step()
         totals = {k: v / s.num_iterations for k, v in totals.items()}
         totals["seconds"] = time.perf_counter() - t0
+        totals["rows_skipped"] = float(plan.rows_skipped)
+        totals["tokens_in_update"] = float(plan.tokens_in_update)
         return totals
+
+    @property
+    def _loss_reads_every_row(self) -> bool:
+        """A loss term other than the surrogate (the KL penalty) has a gradient on zero-advantage rows."""
+        return self.loss_settings.kl_coef > 0
 
     def _micro_batch_loss(self, mb: TrainingTensors, normalizer: Normalizer) -> tuple[torch.Tensor, dict[str, float]]:
         s = self.loss_settings
-        logp = policy_logprobs(self.policy, mb, self.rollout_settings.temperature)  # [n, L]
-        old = mb.old_logprobs if mb.old_logprobs is not None else logp.detach()  # [n, L]
+        logp = self._logprobs(self.policy, mb)  # [n, L]
+        if mb.old_logprobs is None:
+            # π_old is π_θ before the first optimizer step: this pass's log-probs are the old
+            # log-probs of later iterations (num_iterations > 1), with no separate no-grad pass.
+            mb.old_logprobs = logp.detach()
+        old = mb.old_logprobs  # [n, L]
         advantages = mb.advantages.unsqueeze(1) * mb.token_weights  # [n, L]
         per_token, clipped = clipped_surrogate(logp, old, advantages, s.epsilon_low, s.epsilon_high, s.dual_clip)
         kl_value = 0.0
@@ -246,18 +267,18 @@ class GRPOModule(PolicyModule):
         return loss, {"loss": float(loss.detach()), "clip_fraction": clip_frac, "kl": kl_value}
 
     @torch.no_grad()
-    def _fill_old_and_ref_logprobs(self, tensors: TrainingTensors) -> None:
-        s = self.loss_settings
-        temperature = self.rollout_settings.temperature
-        if s.num_iterations > 1:
-            tensors.old_logprobs = torch.cat(
-                [policy_logprobs(self.policy, mb, temperature) for mb in tensors.micro_batches(s.micro_batch_size)]
-            )
-        if s.kl_coef > 0:
+    def _fill_ref_logprobs(self, micro: list[TrainingTensors]) -> None:
+        """log π_ref of each micro-batch (KL on). Old log-probs need no pass of their own:
+        the first iteration records them (``_micro_batch_loss``)."""
+        if self.loss_settings.kl_coef > 0:
             with self._reference_context() as ref:
-                tensors.ref_logprobs = torch.cat(
-                    [policy_logprobs(ref, mb, temperature) for mb in tensors.micro_batches(s.micro_batch_size)]
-                )
+                for mb in micro:
+                    mb.ref_logprobs = self._logprobs(ref, mb)  # [n, L]
+
+    def _logprobs(self, model: torch.nn.Module, mb: TrainingTensors) -> torch.Tensor:
+        """[n, L] completion log-probs under ``model``; shared prompts computed once if so configured."""
+        logprobs = shared_prompt_logprobs if self.loss_settings.share_prompt_prefix else policy_logprobs
+        return logprobs(model, mb, self.rollout_settings.temperature)
 
     def _maybe_no_sync(self, sync: bool):
         strategy = self.trainer.strategy

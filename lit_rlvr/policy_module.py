@@ -31,6 +31,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.checkpointing import SafeCheckpoints
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
@@ -171,7 +172,8 @@ class PolicyModule(pl.LightningModule):
 
     def _correct(self, batch_components: dict[str, torch.Tensor], n: int) -> torch.Tensor:
         scores = batch_components.get(self.accuracy_reward)
-        return scores >= 1.0 - 1e-6 if scores is not None else torch.zeros(n, dtype=torch.bool)
+        # "correct" is a score of 1 up to the one reward tolerance (a float sum of 1.0 may be 0.9999999)
+        return scores >= 1.0 - REWARD_TOL if scores is not None else torch.zeros(n, dtype=torch.bool)
 
     # ------------------------------------------------------------------ validation
 

@@ -71,6 +71,14 @@ class LossSettings:
     """μ: optimizer steps over the same rollouts (ratios against the old log-probs when > 1)."""
     micro_batch_size: int = 8
     """Rollouts per forward/backward; gradients accumulate to one optimizer step per iteration."""
+    micro_batch_tokens: Optional[int] = None
+    """Padded-token budget per forward/backward instead of micro_batch_size rows: rows sorted by length (less padding)."""
+    share_prompt_prefix: bool = False
+    """Run each distinct prompt of a micro-batch once and reuse its keys/values for the group's rows (exact up to
+    float summation order; works best with micro_batch_size rows in batch order, which keeps groups together)."""
+    skip_zero_advantage: bool = True
+    """Leave rows with advantage 0 on every loss token out of forward/backward (exact: their gradient is 0 and the
+    normaliser still counts them). Never with KL on. False runs every kept row (the pre-issue-18 path, for benchmarks)."""
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -81,6 +89,8 @@ class LossSettings:
             raise ValueError(f"model.loss.dual_clip must be > 1 (or null to disable), got {self.dual_clip}")
         if self.num_iterations < 1 or self.micro_batch_size < 1:
             raise ValueError("model.loss.num_iterations and micro_batch_size must be >= 1")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ValueError(f"model.loss.micro_batch_tokens must be >= 1 (or null for micro_batch_size rows), got {self.micro_batch_tokens}")
 
 
 @dataclass

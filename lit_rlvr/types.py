@@ -32,12 +32,16 @@ class PromptPool:
     """B: how many prompt groups the step should train on."""
     keep: Optional[torch.Tensor] = None
     """[P] bool: prompts still eligible for rollout; pre-rollout selectors narrow it."""
+    solutions: Optional[list[Optional[str]]] = None
+    """[P] reference solution text per prompt (OC-GRPO's guided prompts); None entries: none."""
 
     def __post_init__(self) -> None:
         self.ids = torch.as_tensor(self.ids, dtype=torch.long)
         if self.keep is None:
             self.keep = torch.ones(len(self.ids), dtype=torch.bool)
-        sizes = {len(self.ids), len(self.messages), len(self.answers), len(self.metadata), len(self.keep)}
+        if self.solutions is None:
+            self.solutions = [None] * len(self.ids)
+        sizes = {len(self.ids), len(self.messages), len(self.answers), len(self.metadata), len(self.keep), len(self.solutions)}
         if len(sizes) != 1:
             raise ValueError(f"PromptPool columns differ in length: {sorted(sizes)}")
 
@@ -56,6 +60,7 @@ class PromptPool:
         self.answers = self.answers + other.answers
         self.metadata = self.metadata + other.metadata
         self.keep = torch.cat([self.keep, other.keep])
+        self.solutions = self.solutions + other.solutions
         return list(range(start, len(self)))
 
     def eligible(self) -> list[int]:
@@ -104,6 +109,15 @@ class RolloutBatch:
     """[N] float32, filled by the advantage stage (0 for rollouts not kept)."""
     token_weights: Optional[list[torch.Tensor]] = None
     """Optional [N] list of [L_i] float32 per-token loss weights (OC-GRPO); None = all ones."""
+    guided_prompt_token_ids: Optional[list[Optional[list[int]]]] = None
+    """Optional [N] prompt tokens a row was generated from when a GroupReviser replaced its
+    group (OC-GRPO's guided x̃); None (or a None entry): generated from its own prompt."""
+    guide_fraction: Optional[torch.Tensor] = None
+    """Optional [N] float32 share of the reference solution in the row's guided prompt (0: unguided)."""
+    discarded_rollouts: int = 0
+    """Rollouts generated this step that are no longer rows (groups a GroupReviser replaced, its failed tries)."""
+    discarded_tokens: int = 0
+    """Completion tokens of ``discarded_rollouts``: generated and counted, never trained on."""
 
     def __len__(self) -> int:
         return len(self.completions)

@@ -1,15 +1,19 @@
 """Selection methods as Lightning callbacks (configure under ``trainer.callbacks`` by class path).
 
 Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
-Pre-backward: DynamicSampling (zero-variance drop), PODS. The contract is in ``base``.
+Pre-backward: DynamicSampling (zero-variance drop), PODS. After reward (revise) and loss
+weights: OCGRPO. The contract is in ``base``.
 """
 
 from lit_rlvr.callbacks.base import (
     FixedGroupAllocator,
+    GroupReplacement,
+    GroupReviser,
     PromptSelector,
     RolloutAllocator,
     RolloutFilter,
     RolloutState,
+    Revision,
     SelectionCallback,
     TokenWeighter,
     gather_rows,
@@ -21,6 +25,7 @@ from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling
 from lit_rlvr.callbacks.greso import GRESO
 from lit_rlvr.callbacks.leeps import LEEPS
 from lit_rlvr.callbacks.mopps import MoPPS
+from lit_rlvr.callbacks.oc_grpo import OCGRPO
 from lit_rlvr.callbacks.pods import PODS
 from lit_rlvr.callbacks.sara import SARA
 from lit_rlvr.callbacks.vigor import VIGOR
@@ -29,16 +34,20 @@ __all__ = [
     "DPS",
     "GRESO",
     "LEEPS",
+    "OCGRPO",
     "PODS",
     "SARA",
     "VIGOR",
     "DynamicSampling",
     "FixedGroupAllocator",
+    "GroupReplacement",
+    "GroupReviser",
     "MoPPS",
     "PromptSelector",
     "RolloutAllocator",
     "RolloutFilter",
     "RolloutState",
+    "Revision",
     "SelectionCallback",
     "TokenWeighter",
     "gather_rows",

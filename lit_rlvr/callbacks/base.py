@@ -7,6 +7,7 @@ A selector subclasses one of the stage bases below and overrides that stage's ho
 | pre-rollout   | ``PromptSelector`` | ``on_train_batch_start(trainer, module, pool, i)`` narrows ``pool.keep`` |
 | rollout       | ``RolloutAllocator``| ``plan(state) -> [P] counts`` (at most one per run) |
 | observe       | any                | ``on_rollouts_scored(trainer, module, batch)``    |
+| after reward  | ``GroupReviser``   | ``revise(trainer, module, batch, stats) -> Revision`` (at most one per run) |
 | pre-backward  | ``RolloutFilter``  | ``select_rollouts(trainer, module, batch) -> [N] keep mask`` |
 | loss          | ``TokenWeighter``  | ``token_weights(trainer, module, batch) -> [N] list of [L_i]`` |
 
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
+    from lit_rlvr.rollout.loop import RolloutStats
+    from lit_rlvr.types import Completion
 
 
 class SelectionCallback(pl.Callback):
@@ -173,6 +176,53 @@ class RolloutFilter(SelectionCallback):
     def select_rollouts(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> torch.Tensor:
         """[N] bool rollouts to keep."""
         raise NotImplementedError
+
+
+@dataclass
+class GroupReplacement:
+    """A regenerated group that replaces every rollout of pool prompt ``pool_index``, row for row."""
+
+    pool_index: int
+    completions: list["Completion"]
+    """[n_g] the new completions, as many as the group has rows."""
+    rewards: torch.Tensor
+    """[n_g] float32 total rewards."""
+    components: dict[str, torch.Tensor]
+    """name -> [n_g] float32 per-reward-function scores."""
+    prompt_token_ids: list[int]
+    """The prompt they were generated from (not the pool prompt: the loss still uses that)."""
+    fraction: float = 0.0
+    """Share of the reference solution in that prompt (OC-GRPO)."""
+
+
+@dataclass
+class Revision:
+    """What a GroupReviser did this step: replacements, and the rollouts it generated and threw away."""
+
+    replacements: list[GroupReplacement] = field(default_factory=list)
+    discarded_rollouts: int = 0
+    """Rollouts it generated that replace nothing (failed tries): counted as generated."""
+    discarded_tokens: int = 0
+    """Their completion tokens."""
+
+
+class GroupReviser(SelectionCallback):
+    """After reward (stage 3b): may regenerate a group from other prompt tokens and replace it whole.
+
+    ``lit_rlvr.rollout.revise`` calls ``revise`` once per step on every rank (call any
+    collective there unconditionally) and applies the ``Revision``. At most one per run.
+    """
+
+    def revise(
+        self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch, stats: "RolloutStats"
+    ) -> Revision:
+        raise NotImplementedError
+
+    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list["SelectionCallback"]) -> None:
+        revisers = [s for s in selectors if isinstance(s, GroupReviser)]
+        if len(revisers) > 1:
+            names = " and ".join(type(r).__name__ for r in revisers)
+            raise ValueError(f"{names} are both group revisers, and a run has at most one: remove one of them from trainer.callbacks")
 
 
 class TokenWeighter(SelectionCallback):

@@ -278,6 +278,7 @@ class PromptDataModule(L.LightningDataModule):
             answers=[r.answer for r in records],
             metadata=[dict(r.metadata) for r in records],
             batch_size=batch_size,
+            solutions=[r.solution for r in records],
         )
 
     def collate_train(self, records: list[PromptRecord]) -> PromptPool:

@@ -57,6 +57,8 @@ class PromptRecord:
     """Extras for the reward (a reasoning-gym entry's metadata, a dataset row); holds "question"."""
     origin: str = ""
     """Where the row came from, for error messages: ``"file 'x.jsonl', line 7"`` (1-based)."""
+    solution: Optional[str] = None
+    """Reference solution text (OC-GRPO's guided prompts); None: this prompt is never guided."""
 
 
 class PromptSource(abc.ABC):
@@ -97,9 +99,13 @@ class PromptSource(abc.ABC):
             raise ValueError(
                 f"{self!r}: {len(kept)} train prompts do not fit below the validation id offset {VAL_ID_OFFSET}"
             )
-        train = [PromptRecord(i, *row) for i, row in enumerate(kept)]
-        val = [PromptRecord(VAL_ID_OFFSET + i, *row) for i, row in enumerate(val_raw)]
+        train = [PromptRecord(i, q, a, m, o, self._solution(a, m)) for i, (q, a, m, o) in enumerate(kept)]
+        val = [PromptRecord(VAL_ID_OFFSET + i, q, a, m, o, self._solution(a, m)) for i, (q, a, m, o) in enumerate(val_raw)]
         return {"train": train, "validation": val}
+
+    def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
+        """The reference solution of one row (None: none); sources that have them override this."""
+        return None
 
 
 class ReasoningGymSource(PromptSource):
@@ -113,6 +119,8 @@ class ReasoningGymSource(PromptSource):
     asked for beyond their length). Several tasks are concatenated task by task.
     Metadata is the entry's reasoning-gym metadata (which names its
     "source_dataset", so the reasoning-gym reward can score it) plus "question".
+    Reference solutions come from the entry (``lit_rlvr.data.solutions``: gsm_symbolic's
+    worked solution, basic_arithmetic/chain_sum's expression evaluated step by step).
 
     Args:
         tasks: a reasoning-gym dataset name, or a list of names to mix
@@ -214,6 +222,11 @@ class ReasoningGymSource(PromptSource):
             val.extend(task_val)
         return train, val
 
+    def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
+        from lit_rlvr.data.solutions import reasoning_gym_solution
+
+        return reasoning_gym_solution(answer, metadata)
+
     def _row(self, entry: dict[str, Any], task: str, index: int) -> tuple[str, str, dict, str]:
         meta = dict(entry.get("metadata") or {})
         meta["question"] = entry["question"]
@@ -250,6 +263,9 @@ class HFDatasetSource(PromptSource):
             Empty: the column is the answer. (A ``str``, not ``Optional[str]``: the
             CLI's parser reads an ``Optional[str]`` value starting with ``#`` as a
             YAML comment, i.e. None.)
+        solution_field: column holding a reference solution (text) for OC-GRPO's guided
+            prompts; every row must have one (missing, empty or not text fails naming
+            the file and row). Empty: no solutions.
         data_files: passed to ``datasets.load_dataset`` (a path, list or
             ``{split: path}``), with ``path`` a builder name.
         seed: seed of the validation carve when ``val_split`` is None.
@@ -265,6 +281,7 @@ class HFDatasetSource(PromptSource):
         prompt_field: str = "question",
         answer_field: str = "answer",
         answer_regex: str = "",
+        solution_field: str = "",
         data_files: Optional[Union[str, list[str], dict[str, Union[str, list[str]]]]] = None,
         seed: int = 42,
     ) -> None:
@@ -277,6 +294,7 @@ class HFDatasetSource(PromptSource):
         self.prompt_field = prompt_field
         self.answer_field = answer_field
         self.answer_regex = answer_regex
+        self.solution_field = solution_field
         self.data_files = data_files
         self.seed = int(seed)
         if val_split is None and (val_size is None or val_size < 1):
@@ -356,7 +374,8 @@ class HFDatasetSource(PromptSource):
             raise ValueError(f"{where} has no rows; give it at least one (fields {self.prompt_field!r} and "
                              f"{self.answer_field!r})")
         cols = {k for _, row in rows for k in row}
-        for fld, flag in ((self.prompt_field, "prompt_field"), (self.answer_field, "answer_field")):
+        wanted = [(self.prompt_field, "prompt_field"), (self.answer_field, "answer_field")]
+        for fld, flag in wanted + ([(self.solution_field, "solution_field")] if self.solution_field else []):
             if fld not in cols:
                 raise ValueError(
                     f"{where}: no column {fld!r} (`{flag}`); columns are {sorted(cols)}: set "
@@ -372,6 +391,8 @@ class HFDatasetSource(PromptSource):
                 what = "missing" if val is None else "empty"
                 raise ValueError(f"{loc}: field {fld!r} is {what}; every row needs a question and an answer: "
                                  f"fill it in or remove the row")
+        if self.solution_field:
+            _check_solution(row.get(self.solution_field), loc, self.solution_field)
         q = str(q)
         a = str(a)
         meta = dict(row)
@@ -391,6 +412,9 @@ class HFDatasetSource(PromptSource):
                     f"{self.answer_field!r}"
                 )
         return q, a, meta, loc
+
+    def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
+        return metadata[self.solution_field].strip() if self.solution_field else None
 
     def _where(self) -> str:
         if self._is_local_file(self.path):
@@ -424,3 +448,13 @@ class HFDatasetSource(PromptSource):
             val_rows = self._load_split(self.val_split, f"val_split={self.val_split!r}")
             val_where = f"{where}, split {self.val_split!r}"
         return train, self._rows(val_rows, val_where, limit=self.val_size)
+
+
+def _check_solution(value: Any, where: str, field_name: str) -> None:
+    """A reference solution must be non-empty text: fail naming the file, row and field otherwise."""
+    if value is None:
+        raise ValueError(f"{where}: field {field_name!r} (`solution_field`) is missing")
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: field {field_name!r} (`solution_field`) is not text: {type(value).__name__} {value!r:.60}")
+    if not value.strip():
+        raise ValueError(f"{where}: field {field_name!r} (`solution_field`) is empty")

@@ -1,0 +1,269 @@
+"""OC-GRPO — Off-Context GRPO (arXiv 2607.19313; reference code AgPriyank/OC-GRPO), Adaptive variant.
+
+A group whose every rollout is wrong teaches GRPO nothing. After scoring (stage 3b), OC-GRPO
+regenerates each such group (that has a reference solution) under a guided prompt x̃ holding a
+prefix of the solution, climbing the cascade 0.2, 0.4, 0.6, 0.8, 1.0 until some rollout is
+correct, and replaces the group whole. The loss trains those rollouts on the ORIGINAL prompt x
+(ratio π_θ(y|x)/π_old(y|x)), with each token's advantage multiplied (stage 6) by
+w_t = clamp(exp(γ·(log π_old(y_t|x) − log π_old(y_t|x̃))), 0.01, 1).
+
+The Fixed variant (guided rows prepared offline, one per solved problem at its lowest solving
+fraction, trained with the plain prompt) is out of scope: it needs an offline harvest pass and a
+data path that serves ready-made completions instead of prompts, which lit-rlvr's PromptPool
+does not have; Adaptive is the paper's default and its main result.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from lit_rlvr.advantages import REWARD_TOL
+from lit_rlvr.callbacks.base import GroupReplacement, GroupReviser, Revision, TokenWeighter, gather_rows, seeded_generator
+from lit_rlvr.callbacks.oc_guidance import (
+    FRACTIONS,
+    FULL_INSTRUCTION,
+    PARTIAL_INSTRUCTION,
+    Attempt,
+    climb_cascade,
+    guided_messages,
+    importance_weights,
+)
+from lit_rlvr.callbacks.state import PromptTable, table_state
+from lit_rlvr.collate import collate_rollouts, policy_logprobs
+from lit_rlvr.types import RolloutBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lit_rlvr.module import GRPOModule
+    from lit_rlvr.rollout.loop import RolloutStats
+
+log = logging.getLogger(__name__)
+
+# Outcome column of the gathered per-group rows (a positive value is the solving fraction).
+_UNSOLVED, _NO_SOLUTION = -1.0, -2.0
+
+
+class OCGRPO(GroupReviser, TokenWeighter):
+    """OC-GRPO-Adaptive: guided regeneration of all-wrong groups, importance-corrected on the plain prompt.
+
+    Use with the reference recipe's loss (``configs/methods/oc_grpo.yaml``: ε 0.2 both sides,
+    dual clip 3, token-mean, no KL). Needs reference solutions in the data
+    (``HFDatasetSource(solution_field=...)`` or a reasoning-gym task that carries them).
+
+    Args:
+        fractions: shares of the solution (by characters, cut at a word boundary) tried in order.
+        gamma: γ, the power of the importance ratio.
+        clamp_min: lower clamp of w_t (the reference's 0.01).
+        clamp_max: upper clamp of w_t (1: a token is never weighted up).
+        importance_weight: False trains on the guided rollouts with w = 1 (plain guided
+            training: the paper's unstable control).
+        partial_instruction: the sentence after a partial prefix in x̃.
+        full_instruction: the sentence after the whole solution (fraction 1.0).
+    """
+
+    def __init__(
+        self,
+        fractions: Sequence[float] = FRACTIONS,
+        gamma: float = 1.0,
+        clamp_min: float = 0.01,
+        clamp_max: float = 1.0,
+        importance_weight: bool = True,
+        partial_instruction: str = PARTIAL_INSTRUCTION,
+        full_instruction: str = FULL_INSTRUCTION,
+    ) -> None:
+        super().__init__()
+        fractions = tuple(float(f) for f in fractions)
+        if not fractions or any(not 0.0 < f <= 1.0 for f in fractions) or list(fractions) != sorted(set(fractions)):
+            raise ValueError(f"OCGRPO: `fractions` must be increasing values in (0, 1], got {list(fractions)}")
+        if not 0.0 < clamp_min <= clamp_max:
+            raise ValueError(f"OCGRPO: need 0 < clamp_min <= clamp_max, got {clamp_min}, {clamp_max}")
+        self.fractions = fractions
+        self.gamma = float(gamma)
+        self.clamp_min = float(clamp_min)
+        self.clamp_max = float(clamp_max)
+        self.importance_weight = bool(importance_weight)
+        self.partial_instruction = partial_instruction
+        self.full_instruction = full_instruction
+        self.table = PromptTable({"guided": (np.int64, 0), "unsolved": (np.int64, 0), "last_fraction": (np.float32, 0.0)})
+        """Per prompt id: groups replaced, groups unsolved at 1.0, fraction of the last replacement."""
+        self.solved_at = np.zeros(len(fractions), dtype=np.int64)
+        """Groups replaced at each fraction, over the run (all ranks)."""
+        self.totals = {"all_wrong": 0, "no_solution": 0, "guided": 0, "unsolved": 0}
+        """Groups over the run (all ranks): all-wrong, of them without a solution, replaced, unsolved at 1.0."""
+        self._step_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ setup and state
+
+    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[Any]) -> None:
+        super().setup_selection(trainer, pl_module, selectors)
+        dm = getattr(trainer, "datamodule", None)
+        records = getattr(dm, "train_records", None) if dm is not None else None
+        if records is not None and not any(r.solution for r in records):
+            raise ValueError(
+                f"OCGRPO guides all-wrong groups with a reference solution, but no train prompt of "
+                f"{getattr(dm, 'source', dm)!r} has one: set `solution_field` on an HFDatasetSource, or use a "
+                f"reasoning-gym task whose entries carry one (basic_arithmetic, chain_sum, gsm_symbolic)"
+            )
+
+    def _state_key_fields(self) -> dict[str, Any]:
+        return {"fractions": self.fractions, "gamma": self.gamma, "clamp_min": self.clamp_min}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"table": table_state(self.table), "solved_at": torch.from_numpy(self.solved_at.copy()), "totals": dict(self.totals)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.table.load_state_dict(state_dict.get("table", {}))
+        if "solved_at" in state_dict:
+            self.solved_at = np.asarray(state_dict["solved_at"], dtype=np.int64).copy()
+        self.totals.update({k: int(v) for k, v in state_dict.get("totals", {}).items()})
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: "GRPOModule", outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._step_metrics:
+            pl_module.log_dict(dict(self._step_metrics), on_step=True, on_epoch=False, batch_size=1)
+
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        """The ``oc/...`` metrics of the last step (global over ranks), as logged."""
+        return dict(self._step_metrics)
+
+    # ------------------------------------------------------------------ stage 3b: revise
+
+    def revise(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch, stats: "RolloutStats") -> Revision:
+        """Climb the cascade for every all-wrong group with a solution; one engine call per fraction."""
+        from lit_rlvr.rollout.loop import render_prompt
+        from lit_rlvr.rollout.revise import generate_scored
+
+        name = pl_module.accuracy_reward
+        correct = _correct(batch.reward_components, name, len(batch))  # [N]
+        groups = batch.group_indices()  # pool index -> [n_g] rows
+        all_wrong = {p: rows for p, rows in groups.items() if not bool(correct[rows].any())}
+        solutions = {p: batch.pool.solutions[p] for p in all_wrong if batch.pool.solutions[p]}
+        loop, step, rank = pl_module.rollout_loop, int(pl_module.steps_done), int(pl_module.global_rank)
+
+        def attempt(level: int, fraction: float, todo: list[tuple[int, str]]) -> list[Attempt]:
+            pool_index = [p for p, _ in todo]
+            prompts = [
+                render_prompt(loop.tokenizer, guided_messages(batch.pool.messages[p], prefix, fraction, self.partial_instruction, self.full_instruction))
+                for p, prefix in todo
+            ]
+            counts = [len(all_wrong[p]) for p in pool_index]
+            seed = guided_seed(pl_module.seed, step, rank, level)
+            outputs, result = generate_scored(loop, batch.pool, pool_index, prompts, counts, seed, stats)
+            ok = _correct(result.components, name, len(result.total))  # [sum n_g]
+            out, start = [], 0
+            for p, prompt, outs in zip(pool_index, prompts, outputs):
+                sl = slice(start, start + len(outs))
+                start += len(outs)
+                rep = GroupReplacement(
+                    pool_index=p,
+                    completions=list(outs),
+                    rewards=result.total[sl].float(),
+                    components={k: v[sl].float() for k, v in result.components.items()},
+                    prompt_token_ids=prompt,
+                    fraction=fraction,
+                )
+                out.append(Attempt(correct=ok[sl], tokens=sum(len(c.token_ids) for c in outs), payload=rep))
+            return out
+
+        result = climb_cascade(solutions, self.fractions, attempt)
+        ids = batch.pool.ids
+        rows = [[float(ids[p]), f] for p, (f, _) in result.solved.items()]
+        rows += [[float(ids[p]), _UNSOLVED] for p in result.unsolved]
+        rows += [[float(ids[p]), _NO_SOLUTION] for p in all_wrong if p not in solutions]
+        self._record(trainer, torch.tensor(rows, dtype=torch.float64).reshape(-1, 2))
+        return Revision(
+            replacements=[a.payload for _, (_, a) in sorted(result.solved.items())],
+            discarded_rollouts=result.discarded_rollouts,
+            discarded_tokens=result.discarded_tokens,
+        )
+
+    def _record(self, trainer: Optional[pl.Trainer], rows: torch.Tensor) -> None:
+        """Update state from every rank's [K, 2] (prompt id, outcome) rows, so all ranks agree."""
+        rows = gather_rows(trainer, rows).numpy()
+        ids, outcome = rows[:, 0].astype(np.int64), rows[:, 1]
+        solved = outcome > 0
+        self.table.set("guided", ids[solved], self.table.get("guided", ids[solved]) + 1)
+        self.table.set("last_fraction", ids[solved], outcome[solved])
+        unsolved = outcome == _UNSOLVED
+        self.table.set("unsolved", ids[unsolved], self.table.get("unsolved", ids[unsolved]) + 1)
+        for f in outcome[solved]:
+            self.solved_at[self.fractions.index(float(f))] += 1  # float64 round trip: exact
+        step = {"all_wrong": len(ids), "no_solution": int((outcome == _NO_SOLUTION).sum()), "guided": int(solved.sum()), "unsolved": int(unsolved.sum())}
+        for k, v in step.items():
+            self.totals[k] += v
+        self._step_metrics = {
+            "oc/all_wrong_groups": float(step["all_wrong"]),
+            "oc/no_solution_groups": float(step["no_solution"]),
+            "oc/guided_groups": float(step["guided"]),
+            "oc/unsolved_after_guidance": float(step["unsolved"]),
+            "oc/mean_fraction": float(outcome[solved].mean()) if solved.any() else float("nan"),
+        }
+
+    # ------------------------------------------------------------------ stage 6: token weights
+
+    @torch.no_grad()
+    def token_weights(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> list[torch.Tensor]:
+        """[N] list of [L_i] weights: w_t on kept guided rows, exactly 1 elsewhere."""
+        weights = [torch.ones(len(c.token_ids), dtype=torch.float32) for c in batch.completions]
+        guided_prompts = batch.guided_prompt_token_ids or [None] * len(batch)
+        rows = [r for r in range(len(batch)) if guided_prompts[r] is not None and bool(batch.keep[r])]
+        stat = torch.tensor([[0.0, 0.0, float("inf")]], dtype=torch.float64)  # (Σ w, tokens, min w) on this rank
+        if rows:
+            if self.importance_weight:
+                plain, guided = self.context_logprobs(pl_module, batch, rows)  # [m, L] each
+                w = importance_weights(plain, guided, self.gamma, self.clamp_min, self.clamp_max)  # [m, L]
+                for i, r in enumerate(rows):
+                    weights[r] = w[i, : len(weights[r])].clone()
+            values = torch.cat([weights[r] for r in rows]).double()
+            if len(values):
+                stat = torch.tensor([[float(values.sum()), float(len(values)), float(values.min())]], dtype=torch.float64)
+        total = gather_rows(trainer, stat)  # [world, 3]
+        count = float(total[:, 1].sum())
+        self._step_metrics["oc/is_weight_mean"] = float(total[:, 0].sum()) / count if count else float("nan")
+        self._step_metrics["oc/is_weight_min"] = float(total[:, 2].min()) if count else float("nan")
+        return weights
+
+    def context_logprobs(self, pl_module: "GRPOModule", batch: RolloutBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log π_old(y|x), log π_old(y|x̃)) [m, L] of ``rows``: no-grad forwards of the current
+        (pre-update) policy in eval mode over [x | y] and over [x̃ | y], micro-batched."""
+        tok = pl_module.tokenizer
+        pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        idx = torch.tensor(rows, dtype=torch.long)
+        plain = collate_rollouts(batch, idx, pad)
+        guided_view = RolloutBatch(
+            pool=batch.pool,
+            prompt_index=torch.arange(len(rows)),
+            prompt_token_ids=[batch.guided_prompt_token_ids[r] for r in rows],
+            completions=[batch.completions[r] for r in rows],
+            rewards=torch.zeros(len(rows)),
+            round=torch.zeros(len(rows), dtype=torch.long),
+            keep=torch.ones(len(rows), dtype=torch.bool),
+        )
+        guided = collate_rollouts(guided_view, torch.arange(len(rows)), pad)
+        policy, temperature = pl_module.policy, pl_module.rollout_settings.temperature
+        size = pl_module.loss_settings.micro_batch_size
+        was_training = policy.training
+        policy.eval()
+        try:
+            out = [
+                torch.cat([policy_logprobs(policy, mb.to(pl_module.device), temperature).float().cpu() for mb in t.micro_batches(size)])
+                for t in (plain, guided)
+            ]
+        finally:
+            policy.train(was_training)
+        return out[0], out[1]
+
+
+def guided_seed(seed: int, step: int, rank: int, level: int) -> int:
+    """Sampling seed of cascade level ``level``: reproducible on resume, distinct per rank, step and level."""
+    return int(seeded_generator(seed, step, rank, f"oc-grpo/{level}").initial_seed() % (2**31 - 1))
+
+
+def _correct(components: dict[str, torch.Tensor], name: str, n: int) -> torch.Tensor:
+    """[n] bool rollouts correct by the accuracy reward ``name`` (score ≥ 1); none if it is absent."""
+    scores = components.get(name)
+    return scores >= 1.0 - REWARD_TOL if scores is not None else torch.zeros(n, dtype=torch.bool)

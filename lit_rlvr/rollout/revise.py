@@ -1,0 +1,93 @@
+"""Stage 3b, revise: a GroupReviser may regenerate scored groups from other prompts and replace them.
+
+The module calls ``revise(module, batch, stats)`` once per step, after scoring and
+before the observe stage. Replacement is row for row: a replaced group keeps its rows,
+prompt index and round; its completions, rewards and reward components are the new
+ones, and each row records the prompt it was generated from and the guide fraction.
+The loss still uses the pool prompt. Replaced and failed rollouts stay counted as
+generated (``batch.discarded_rollouts`` / ``discarded_tokens``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from lit_rlvr.callbacks.base import GroupReviser, Revision
+from lit_rlvr.rewards.base import RewardResult
+from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
+from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats
+from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lit_rlvr.module import GRPOModule
+
+
+def revise(module: "GRPOModule", batch: RolloutBatch, stats: RolloutStats) -> RolloutBatch:
+    """Run the run's GroupReviser (if any) on ``batch`` and apply its revision in place."""
+    revisers = module._selectors(GroupReviser)
+    if not revisers:
+        return batch
+    t0 = time.perf_counter()
+    revision = revisers[0].revise(module.trainer, module, batch, stats)
+    apply_revision(batch, revision)
+    stats.extra["revise_seconds"] = time.perf_counter() - t0
+    return batch
+
+
+def apply_revision(batch: RolloutBatch, revision: Revision) -> None:
+    """Replace each revised group's rows in place; count the replaced and failed rollouts as discarded."""
+    n = len(batch)
+    if batch.guided_prompt_token_ids is None:
+        batch.guided_prompt_token_ids = [None] * n
+    if batch.guide_fraction is None:
+        batch.guide_fraction = torch.zeros(n, dtype=torch.float32)
+    groups = batch.group_indices()
+    for rep in revision.replacements:
+        rows = groups[rep.pool_index].tolist()  # [n_g]
+        if len(rows) != len(rep.completions):
+            raise ValueError(
+                f"a GroupReviser replaced pool prompt {rep.pool_index}'s {len(rows)} rollouts with {len(rep.completions)}"
+            )
+        for j, r in enumerate(rows):
+            batch.discarded_rollouts += 1
+            batch.discarded_tokens += len(batch.completions[r].token_ids)
+            batch.completions[r] = rep.completions[j]
+            batch.guided_prompt_token_ids[r] = list(rep.prompt_token_ids)
+        idx = torch.tensor(rows, dtype=torch.long)
+        batch.rewards[idx] = rep.rewards.float()
+        batch.guide_fraction[idx] = float(rep.fraction)
+        for name, values in batch.reward_components.items():
+            values[idx] = rep.components[name].float()
+    batch.discarded_rollouts += revision.discarded_rollouts
+    batch.discarded_tokens += revision.discarded_tokens
+
+
+def generate_scored(
+    loop: RolloutLoop,
+    pool: PromptPool,
+    pool_index: Sequence[int],
+    prompts: Sequence[list[int]],
+    counts: Sequence[int],
+    seed: int,
+    stats: RolloutStats,
+) -> tuple[list[list[Completion]], RewardResult]:
+    """ONE batched engine call: ``counts[k]`` samples of ``prompts[k]``, scored against pool prompt
+    ``pool_index[k]``'s answer. Time, reward errors and timeouts go into ``stats``."""
+    s = loop.sampling
+    sampling = SamplingConfig(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=seed)
+    t0 = time.perf_counter()
+    outputs = loop.engine.generate([GenerationRequest(list(p), int(n)) for p, n in zip(prompts, counts)], sampling)
+    stats.rollout_seconds += time.perf_counter() - t0
+    owner = [p for p, outs in zip(pool_index, outputs) for _ in outs]
+    t0 = time.perf_counter()
+    result = loop.scorer.score(
+        [c.text for outs in outputs for c in outs], [pool.answers[p] for p in owner], [pool.metadata[p] for p in owner]
+    )
+    stats.reward_seconds += time.perf_counter() - t0
+    stats.reward_errors += result.errors
+    stats.reward_timeouts += result.timeouts
+    stats.extra["revise_calls"] = stats.extra.get("revise_calls", 0.0) + 1.0
+    return outputs, result
