@@ -31,7 +31,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lit_rlvr.checkpointing import AtomicCheckpointIO, InvalidCheckpointError
-from lit_rlvr.config_checks import check_run_is_bounded, init_error_message, method_config_notices, resolve_class_path
+from lit_rlvr.config_checks import check_model_parallel, check_run_is_bounded, init_error_message, method_config_notices, resolve_class_path
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.summary import RunSummary
@@ -67,6 +67,7 @@ class LitRLVRCLI(LightningCLI):
         config = self._subconfig()
         trainer = config.get("trainer", {})
         _fail_if(_missing_gpu(str(trainer.get("accelerator", "auto"))))
+        _fail_if(check_model_parallel(trainer))
         if self.subcommand == "fit" and _endless_training(config.get("data")):
             _fail_if(check_run_is_bounded(trainer))
         notices, error = method_config_notices(config.get("config") or [])

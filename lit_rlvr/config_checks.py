@@ -9,7 +9,9 @@ Used by ``LitRLVRCLI`` (``lit_rlvr/cli.py``):
   would run forever;
 - ``method_config_notices``: a later ``--config`` that sets ``trainer.callbacks``
   replaces the list set by an earlier one (lists are not merged); say which file
-  replaced which, and fail when both brought a rollout allocator.
+  replaced which, and fail when both brought a rollout allocator;
+- ``check_model_parallel``: FSDP2 (ModelParallelStrategy) with tensor parallelism, or a
+  data-parallel size that is not the number of processes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import yaml
 
-__all__ = ["check_run_is_bounded", "init_error_message", "method_config_notices"]
+__all__ = ["check_model_parallel", "check_run_is_bounded", "init_error_message", "method_config_notices"]
 
 
 # --------------------------------------------------------------------------- init errors
@@ -154,3 +156,35 @@ def _allocators(class_paths: list[str]) -> list[str]:
 
 def _names(class_paths: list[str]) -> str:
     return ", ".join(p.rpartition(".")[2] for p in class_paths) or "no callbacks"
+
+
+# --------------------------------------------------------------------------- FSDP2
+def check_model_parallel(trainer: Any) -> Optional[str]:
+    """An error message when ``trainer.strategy`` is ModelParallelStrategy with a mesh lit-rlvr cannot use, else None.
+
+    lit-rlvr applies FSDP2 over data-parallel ranks only: tensor_parallel_size must be 1 and
+    data_parallel_size the number of processes (devices x num_nodes). Lightning's "auto" sizes
+    mean the opposite (tensor parallel across a node's devices), so they are refused too.
+    """
+    strategy = trainer.get("strategy") if hasattr(trainer, "get") else None
+    class_path = strategy.get("class_path") if hasattr(strategy, "get") else None
+    if not isinstance(class_path, str) or not class_path.endswith("ModelParallelStrategy"):
+        return None
+    args = strategy.get("init_args") or {}
+    dp, tp = args.get("data_parallel_size", "auto"), args.get("tensor_parallel_size", "auto")
+    devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1) or 1
+    world = devices * nodes if isinstance(devices, int) and not isinstance(devices, bool) and devices > 0 else None
+    key = "trainer.strategy.init_args"
+    if tp != 1:
+        return (
+            f"{key}.tensor_parallel_size={tp}: lit-rlvr shards with FSDP2 over data-parallel ranks only (no tensor "
+            f"parallelism). Set {key}.tensor_parallel_size=1 and {key}.data_parallel_size="
+            f"{world if world else 'devices x num_nodes'}"
+        )
+    if dp == "auto" or (world is not None and dp != world):
+        return (
+            f"{key}.data_parallel_size={dp} but the run has {world if world else 'trainer.devices x trainer.num_nodes'} "
+            f"processes (trainer.devices={devices}, trainer.num_nodes={nodes}): with tensor_parallel_size=1 they must "
+            f"be equal. Set {key}.data_parallel_size={world if world else '<devices x num_nodes>'}"
+        )
+    return None

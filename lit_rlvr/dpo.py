@@ -27,6 +27,7 @@ from lit_rlvr.losses import dpo_loss
 from lit_rlvr.module import EvalSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.policy import LoraSettings, PolicyConfig
 from lit_rlvr.policy_module import PolicyModule
+from lit_rlvr.sharding import ShardingSettings
 from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rollout.loop import encode_prompt_text
 
@@ -53,7 +54,7 @@ class DPOModule(PolicyModule):
         rollout: the engine and completion cap used by validation (sampling fields are unused).
         rewards, accuracy_reward: what "correct" means in validation (the warm-up's rewards).
         seed: seeds validation sampling.
-        export_dir, export_merged, checkpoint_every_n_steps: as GRPOModule's.
+        export_dir, export_merged, checkpoint_every_n_steps, sharding: as GRPOModule's.
     """
 
     def __init__(
@@ -70,12 +71,13 @@ class DPOModule(PolicyModule):
         export_dir: Optional[str] = None,
         export_merged: bool = False,
         checkpoint_every_n_steps: Optional[int] = 50,
+        sharding: ShardingSettings = ShardingSettings(),
     ) -> None:
         if beta <= 0:
             raise ValueError(f"model.beta must be > 0, got {beta}")
         super().__init__(
             policy, rollout, optimizer, evaluation, rewards, accuracy_reward, seed,
-            export_dir, export_merged, checkpoint_every_n_steps,
+            export_dir, export_merged, checkpoint_every_n_steps, sharding,
         )
         self.beta = beta
         self.loss_fn = loss_fn

@@ -37,6 +37,7 @@ from lit_rlvr.rollout import SamplingConfig
 from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats
 from lit_rlvr.settings import EvalSettings, LossSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.rollout.revise import revise
+from lit_rlvr.sharding import ShardingSettings, in_lockstep, is_sharded, max_over_ranks, no_gradient_sync
 from lit_rlvr.types import PromptPool, RolloutBatch
 from lit_rlvr.update import plan_update
 
@@ -65,6 +66,7 @@ class GRPOModule(PolicyModule):
             so method configs can own that list.
         max_nonfinite_steps: stop with an error after this many optimizer steps in a row whose loss or
             gradient was NaN or ±inf (each is skipped and counted in train/nonfinite_steps).
+        sharding: FSDP2 options (mixed precision, CPU offload), used under ModelParallelStrategy.
     """
 
     def __init__(
@@ -81,10 +83,11 @@ class GRPOModule(PolicyModule):
         export_merged: bool = False,
         checkpoint_every_n_steps: Optional[int] = 50,
         max_nonfinite_steps: int = 3,
+        sharding: ShardingSettings = ShardingSettings(),
     ) -> None:
         super().__init__(
             policy, rollout, optimizer, evaluation, rewards, accuracy_reward, seed,
-            export_dir, export_merged, checkpoint_every_n_steps,
+            export_dir, export_merged, checkpoint_every_n_steps, sharding,
         )
         self.automatic_optimization = False
         self.loss_settings = loss
@@ -176,9 +179,13 @@ class GRPOModule(PolicyModule):
                 used.append(fresh.ids)
                 return fresh
 
+        any_rank = self._any_rank if in_lockstep(self.policy) else None  # FSDP2: sharded generation is a collective
         return self.rollout_loop.run(
-            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer
+            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer, any_rank
         )
+
+    def _any_rank(self, flag: bool) -> bool:
+        return self._sum_over_ranks([float(flag)])[0] > 0
 
     def _allocator(self) -> RolloutAllocator:
         allocators = self._selectors(RolloutAllocator)
@@ -204,6 +211,8 @@ class GRPOModule(PolicyModule):
             empty_row=self._empty_row,  # no row left on this rank: a zero-weight row keeps DDP's collectives in step
         )
         micro = plan.micro_batches
+        if in_lockstep(self.policy):  # FSDP2: each forward gathers from every rank, so ranks run as many micro-batches
+            micro = micro + [self._empty_row() for _ in range(max_over_ranks(len(micro), self.device) - len(micro))]
         self._fill_ref_logprobs(micro)
         opt = self.optimizers()
         sched = self.lr_schedulers()
@@ -273,6 +282,8 @@ class GRPOModule(PolicyModule):
 
     def _maybe_no_sync(self, sync: bool):
         strategy = self.trainer.strategy
+        if not sync and is_sharded(self.policy):
+            return no_gradient_sync(self.policy)
         if sync or not hasattr(strategy, "block_backward_sync"):
             return contextlib.nullcontext()
         return strategy.block_backward_sync()

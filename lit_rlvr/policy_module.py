@@ -6,7 +6,8 @@ optionally with LoRA, sample from it through a rollout engine, score with a
 ``RewardScorer``, and save checkpoints and exports the same way. This base owns
 those parts once, so the three differ only in their step:
 
-- policy loading (``configure_model``) and the frozen reference (LoRA's disabled
+- policy loading (``configure_model``; FSDP2 sharding under ModelParallelStrategy,
+  ``lit_rlvr.sharding``) and the frozen reference (LoRA's disabled
   adapter, or a frozen copy when there is no adapter and a subclass asks for one);
 - the rollout engine, built lazily from ``rollout_settings``;
 - held-out accuracy (``correctness``, ``validation_step``, the step-0 measure), so
@@ -38,6 +39,7 @@ from lit_rlvr.preemption import StopOnSignal
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.loop import flatten, generate_for_eval
+from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, is_sharded, shard_policy, unsharded_for_export
 from lit_rlvr.types import PromptPool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +63,7 @@ class PolicyModule(pl.LightningModule):
         export_merged: export LoRA merged into the base weights instead of the adapter alone.
         checkpoint_every_n_steps: save a resumable checkpoint (and last.ckpt) every N training
             steps (None: only what trainer.callbacks configures).
+        sharding: FSDP2 options (mixed precision, CPU offload), used under ModelParallelStrategy.
     """
 
     def __init__(
@@ -75,8 +78,10 @@ class PolicyModule(pl.LightningModule):
         export_dir: Optional[str] = None,
         export_merged: bool = False,
         checkpoint_every_n_steps: Optional[int] = 50,
+        sharding: Optional[ShardingSettings] = None,
     ) -> None:
         super().__init__()
+        self.sharding = sharding or ShardingSettings()
         self.policy_config = policy
         self.rollout_settings = rollout
         self.optimizer_settings = optimizer
@@ -108,12 +113,15 @@ class PolicyModule(pl.LightningModule):
         return False
 
     def configure_model(self) -> None:
-        """Load the policy once (Lightning calls this inside the strategy's context)."""
-        if self.policy is not None:
-            return
-        self.policy, self.tokenizer = load_policy(self.policy_config)
-        if self.needs_frozen_copy and not self._uses_lora:
-            self._reference = [copy.deepcopy(self.policy).eval().requires_grad_(False)]
+        """Load the policy once; under ModelParallelStrategy shard it (and the reference) with FSDP2."""
+        if self.policy is None:
+            self.policy, self.tokenizer = load_policy(self.policy_config)
+            if self.needs_frozen_copy and not self._uses_lora:
+                self._reference = [copy.deepcopy(self.policy).eval().requires_grad_(False)]
+        mesh = data_parallel_mesh(self._trainer)
+        if mesh is not None and not is_sharded(self.policy):
+            for model in [self.policy, *self._reference]:
+                shard_policy(model, mesh, self.sharding)
 
     @property
     def _uses_lora(self) -> bool:
@@ -222,7 +230,8 @@ class PolicyModule(pl.LightningModule):
     # ------------------------------------------------------------------ checkpoints and export
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self._uses_lora:  # the base weights come from policy.name_or_path; keep the adapter only
+        if self._uses_lora and not _holds_shards(checkpoint):  # the base weights come from policy.name_or_path: keep the adapter only
+            # (a sharded checkpoint keeps them: each rank writes its shard, and resuming loads every key)
             trainable = {n for n, p in self.named_parameters() if p.requires_grad}
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint.setdefault("lit_rlvr", {})["rng"] = {
@@ -240,9 +249,17 @@ class PolicyModule(pl.LightningModule):
             np.random.set_state(_numpy_rng_state(rng["numpy"]))
 
     def on_fit_end(self) -> None:
-        if self.export_dir and self.trainer.is_global_zero:
-            export_policy(self.policy, self.tokenizer, self.export_dir, merge=self.export_merged)
+        if not self.export_dir:
+            return
+        policy = unsharded_for_export(self.policy, self.policy_config) if is_sharded(self.policy) else self.policy
+        if self.trainer.is_global_zero:
+            export_policy(policy, self.tokenizer, self.export_dir, merge=self.export_merged)
             log.info("exported the trained policy to %s", self.export_dir)
+
+
+def _holds_shards(checkpoint: dict[str, Any]) -> bool:
+    """Whether the checkpoint's weights are DTensor shards (a distributed-checkpoint save)."""
+    return any(hasattr(v, "to_local") for v in checkpoint.get("state_dict", {}).values())
 
 
 def _numpy_rng_state(saved: Optional[tuple] = None) -> tuple:

@@ -69,3 +69,37 @@ class SignalAtStep(_pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if int(pl_module.steps_done) == self.step and self.rank in (None, trainer.global_rank):
             _os.kill(_os.getpid(), self.signum)
+
+
+GREEDY_PROMPT = [1, 422, 3102, 314, 216, 33, 1232, 216, 34, 47]
+"""Token ids of a fixed prompt: what RecordShardsAndGreedy decodes greedily at the end of a fit."""
+
+
+class RecordShardsAndGreedy(_pl.Callback):
+    """At the end of training, writes ``<dir>/rank<r>.pt``: the fraction of the policy's elements this rank
+    stores, whether every parameter is a DTensor (before and after a greedy generation), and the trained
+    module's greedy tokens for GREEDY_PROMPT (what the sharded tests compare with DDP and the export)."""
+
+    def __init__(self, out_dir: str = "shard_dump", max_new_tokens: int = 8) -> None:
+        self.out_dir, self.max_new_tokens = out_dir, max_new_tokens
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        from lit_rlvr.rollout import SamplingConfig
+        from lit_rlvr.rollout.base import GenerationRequest
+        from lit_rlvr.sharding import local_fraction
+
+        def all_dtensor() -> bool:
+            return all(hasattr(p, "to_local") for p in pl_module.policy.parameters())
+
+        before = all_dtensor()
+        (completions,) = pl_module.engine.generate(
+            [GenerationRequest(prompt_token_ids=GREEDY_PROMPT, n=1)], SamplingConfig(0.0, 1.0, self.max_new_tokens)
+        )
+        record = {
+            "local_fraction": local_fraction(pl_module.policy),
+            "dtensor_before_generate": before,
+            "dtensor_after_generate": all_dtensor(),
+            "greedy": completions[0].token_ids,
+        }
+        _os.makedirs(self.out_dir, exist_ok=True)
+        _torch.save(record, _os.path.join(self.out_dir, f"rank{trainer.global_rank}.pt"))

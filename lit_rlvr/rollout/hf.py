@@ -1,7 +1,12 @@
 """The Hugging Face rollout engine: batched ``model.generate`` with left padding (the default; runs on CPU).
 
 The engine holds the training module's own model object, so it always samples from the
-current weights (LoRA adapter included) and ``sync_weights`` has nothing to do.
+current weights (LoRA adapter included) and ``sync_weights`` has nothing to do. Under FSDP2
+(``lit_rlvr.sharding``) the same object is sharded: each layer's forward hook gathers its
+weights and frees them after, and the root's, which FSDP2 keeps for a backward, are freed
+when ``generate`` returns. Those gathers are collectives, so sharded ranks generate in lockstep:
+every rank runs as many batches as the rank with the most (spare ranks decode a one-token
+dummy) and ``generate(synced_gpus=True)`` decodes until every rank's rows have finished.
 
 Log-probabilities are those of the distribution each token was drawn from: the raw logits
 for greedy decoding, the logits after temperature and top-p for sampling. They are recorded
@@ -24,6 +29,7 @@ import torch
 
 from lit_rlvr.collate import left_pad
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
+from lit_rlvr.sharding import in_lockstep, max_over_ranks, reshard
 from lit_rlvr.types import Completion
 
 
@@ -169,7 +175,8 @@ class HFEngine:
                 raise ValueError(f"request {i}: empty prompt_token_ids")
             rows.extend((i, list(req.prompt_token_ids)) for _ in range(req.n))
         out: list[list[Completion]] = [[] for _ in requests]
-        if not rows:
+        lockstep = in_lockstep(self.model)
+        if not rows and not lockstep:
             return out
 
         # Longest prompts first, ties in request order: rows of similar length share a batch.
@@ -188,19 +195,25 @@ class HFEngine:
             ):
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
-                for start in range(0, len(order), self.max_batch_size):
-                    chunk = order[start : start + self.max_batch_size]
-                    completions = self._generate_batch([rows[r][1] for r in chunk], sampling, device)
+                chunks = [order[s : s + self.max_batch_size] for s in range(0, len(order), self.max_batch_size)]
+                # FSDP2: every forward gathers weights from every rank, so all ranks run the same number of
+                # batches (a rank with fewer decodes a one-token dummy)
+                spare = max_over_ranks(len(chunks), device) - len(chunks) if lockstep else 0
+                for chunk in chunks:
+                    completions = self._generate_batch([rows[r][1] for r in chunk], sampling, device, lockstep)
                     results.update(zip(chunk, completions))
+                for _ in range(spare):
+                    self._generate_batch([[self.pad_token_id]], sampling, device, lockstep)
         finally:
             self.model.train(was_training)
+            reshard(self.model)  # FSDP2 keeps the root's gathered weights after a forward; free them
 
         for r, (i, _) in enumerate(rows):
             out[i].append(results[r])
         return out
 
     def _generate_batch(
-        self, prompts: list[list[int]], sampling: SamplingConfig, device: torch.device
+        self, prompts: list[list[int]], sampling: SamplingConfig, device: torch.device, lockstep: bool = False
     ) -> list[Completion]:
         from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
@@ -236,6 +249,7 @@ class HFEngine:
             attention_mask=attention_mask.to(device),
             generation_config=config,
             logits_processor=LogitsProcessorList(processors),
+            synced_gpus=lockstep,  # FSDP2: keep decoding until every rank's rows are done (the gathers pair up)
         )
         new_tokens = generated.sequences[:, width:].cpu()  # [R, T]
         logprobs = recorder.finish(generated.sequences[:, -1]).cpu()  # [R, T]

@@ -89,10 +89,14 @@ class RolloutLoop:
         seed: int,
         rank: int = 0,
         drawer: Optional[Callable[[int], PromptPool]] = None,
+        any_rank: Optional[Callable[[bool], bool]] = None,
     ) -> tuple[RolloutBatch, RolloutStats]:
         """Roll out the pool as the allocator plans, round by round, until it plans nothing or hits its cap.
 
         ``drawer(n)`` serves fresh prompts when an allocator refills beyond the pool (``state.draw``).
+        ``any_rank(flag)`` (a collective: whether any rank passed True) keeps the engine calls of
+        ranks in step when generation itself is a collective (FSDP2): a rank whose allocator is done
+        makes empty engine calls while another rank still generates rounds.
         """
         state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed, drawer=drawer)
         prompt_tokens: dict[int, list[int]] = {}
@@ -123,6 +127,8 @@ class RolloutLoop:
                 if p not in prompt_tokens:
                     prompt_tokens[p] = render_prompt(self.tokenizer, pool.messages[p])
             requests = [GenerationRequest(prompt_tokens[p], int(plan[p])) for p in chosen]
+            if any_rank is not None:
+                any_rank(True)  # pairs with the done ranks' calls below
             sampling = SamplingConfig(
                 temperature=self.sampling.temperature,
                 top_p=self.sampling.top_p,
@@ -155,6 +161,8 @@ class RolloutLoop:
                 components.setdefault(name, []).append(values.float())
             state.round += 1
 
+        while any_rank is not None and any_rank(False):
+            self.engine.generate([], self.sampling)  # another rank generates a round: join its gathers
         stats.rounds = state.round
         stats.extra["prompts_drawn"] = float(state.drawn)
         n = len(completions)

@@ -92,7 +92,7 @@ def _lora_merged_params(module: Any) -> dict[str, torch.Tensor]:
         return {name: _full(p) for name, p in tmp.get_base_layer().named_parameters(recurse=False)}
     weight = params["weight"]
     for adapter in active:
-        weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
+        weight = weight + _full(module.get_delta_weight(adapter)).to(weight.dtype)  # FSDP2: from sharded A, B
     params["weight"] = weight
     return params
 
