@@ -193,6 +193,9 @@ class VLLMEngine:
         if stop_token_ids is None:
             stop_token_ids = self._eos_ids(model, tokenizer)
         self.stop_token_ids = [int(t) for t in stop_token_ids]
+        # Continuations (a pruner's survivors) resend prompt + partial: with prefix caching the
+        # prompt's KV blocks computed in the detect round are reused, not recomputed.
+        llm_kwargs.setdefault("enable_prefix_caching", True)
         self.last_sync_seconds = 0.0
         started = time.perf_counter()
         self.llm = vllm.LLM(
@@ -326,7 +329,9 @@ class VLLMEngine:
                 raise ValueError(f"request {i}: empty prompt_token_ids")
             # vLLM refuses n > 1 with greedy decoding: ask for n copies of the prompt instead.
             copies, n = (request.n, 1) if sampling.greedy else (1, request.n)
-            prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
+            # A continuation conditions on prompt + partial; prefix caching (on, below) reuses the
+            # prompt's KV blocks from the detect round, so only the partial is prefilled again.
+            prompt = TokensPrompt(prompt_token_ids=request.context_token_ids)
             for _ in range(copies):
                 params.append(
                     SamplingParams(
