@@ -20,12 +20,13 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from lit_rlvr.accounting import Totals, cumulative_metrics, mean_or_nan, step_metrics, update_totals
+from lit_rlvr.accounting import Totals, add_pruned, cumulative_metrics, mean_or_nan, step_metrics, update_totals
 from lit_rlvr.advantages import grpo_advantages
 from lit_rlvr.callbacks.base import (
     FixedGroupAllocator,
     RolloutAllocator,
     RolloutFilter,
+    RolloutPruner,
     SelectionCallback,
     TokenWeighter,
 )
@@ -230,7 +231,8 @@ class GRPOModule(pl.LightningModule):
                 return fresh
 
         return self.rollout_loop.run(
-            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer
+            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer,
+            pruner=next(iter(self._selectors(RolloutPruner)), None),
         )
 
     def _allocator(self) -> RolloutAllocator:
@@ -361,7 +363,8 @@ class GRPOModule(pl.LightningModule):
 
     def _log_step(self, batch: RolloutBatch, rollout: RolloutStats, update: dict[str, float]) -> None:
         metrics = step_metrics(batch, self._correct(batch.reward_components, len(batch)))
-        counts = ["rollouts/generated", "rollouts/effective", "rollouts/in_gradient", "tokens/generated", "groups/generated", "groups/in_gradient"]
+        add_pruned(metrics, rollout.extra)
+        counts = ["rollouts/generated", "rollouts/pruned", "rollouts/effective", "rollouts/in_gradient", "tokens/generated", "groups/generated", "groups/in_gradient"]
         summed = self._sum_over_ranks([metrics.get(k, 0.0) for k in counts] + [float(rollout.hit_round_cap), rollout.reward_errors, rollout.reward_timeouts])
         update_totals(self.totals, dict(zip(counts, summed)))
         self.totals.round_cap_hits += int(summed[-3])

@@ -1,14 +1,16 @@
 """Selection methods as Lightning callbacks (configure under ``trainer.callbacks`` by class path).
 
 Pre-rollout: GRESO, MoPPS, DPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
-Pre-backward: DynamicSampling (zero-variance drop), PODS. The contract is in ``base``.
+During rollout: ARRoL (a pruner). Pre-backward: DynamicSampling (zero-variance drop), PODS. The contract is in ``base``.
 """
 
 from lit_rlvr.callbacks.base import (
     FixedGroupAllocator,
+    PartialRollouts,
     PromptSelector,
     RolloutAllocator,
     RolloutFilter,
+    RolloutPruner,
     RolloutState,
     SelectionCallback,
     TokenWeighter,
@@ -16,6 +18,7 @@ from lit_rlvr.callbacks.base import (
     group_observations,
     seeded_generator,
 )
+from lit_rlvr.callbacks.arrol import ARRoL
 from lit_rlvr.callbacks.dps import DPS
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling
 from lit_rlvr.callbacks.greso import GRESO
@@ -25,6 +28,7 @@ from lit_rlvr.callbacks.sara import SARA
 from lit_rlvr.callbacks.vigor import VIGOR
 
 __all__ = [
+    "ARRoL",
     "DPS",
     "GRESO",
     "PODS",
@@ -35,7 +39,9 @@ __all__ = [
     "MoPPS",
     "PromptSelector",
     "RolloutAllocator",
+    "PartialRollouts",
     "RolloutFilter",
+    "RolloutPruner",
     "RolloutState",
     "SelectionCallback",
     "TokenWeighter",
