@@ -12,6 +12,7 @@ Pure and small so each can be tested on its own (tests/callbacks/test_arrol.py):
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from typing import Any, Optional
@@ -182,7 +183,7 @@ class QualityHead:
             return {"updates": self.updates}
         return {
             "net": {k: v.clone() for k, v in self.net.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),  # not the live moment tensors
             "features": self.features.clone(),
             "outcomes": self.outcomes.clone(),
             "updates": self.updates,
@@ -195,7 +196,7 @@ class QualityHead:
             return
         self._build(int(state["net"]["1.weight"].shape[1]))
         self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         self.features = torch.as_tensor(state["features"]).float().clone()
         self.outcomes = torch.as_tensor(state["outcomes"]).float().clone()
 
