@@ -210,6 +210,8 @@ class ARRoL(RolloutPruner):
 
     def record_outcomes(self, partial: PartialRollouts, keep: torch.Tensor, rewards: torch.Tensor) -> None:
         """Keep this round's rows with a known final reward (kept rows, and pruned rows that had stopped)."""
+        if len(partial) == 0:
+            return
         final = torch.where(torch.isfinite(rewards), rewards, partial.rewards)  # [n]
         known = torch.isfinite(final)
         outcome = (final >= self.success_threshold).float()

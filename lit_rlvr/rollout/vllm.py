@@ -196,6 +196,7 @@ class VLLMEngine:
         # Continuations (a pruner's survivors) resend prompt + partial: with prefix caching the
         # prompt's KV blocks computed in the detect round are reused, not recomputed.
         llm_kwargs.setdefault("enable_prefix_caching", True)
+        self.last_cached_tokens = 0
         self.last_sync_seconds = 0.0
         started = time.perf_counter()
         self.llm = vllm.LLM(
@@ -357,6 +358,8 @@ class VLLMEngine:
         finally:
             self.sleep()
 
+        # Prompt tokens served from the prefix cache in this call (a continuation reuses its prompt's blocks).
+        self.last_cached_tokens = sum(int(getattr(result, "num_cached_tokens", None) or 0) for result in results)
         for i, result in zip(index, results):
             for sample in sorted(result.outputs, key=lambda o: o.index):
                 token_ids = list(sample.token_ids)

@@ -312,6 +312,27 @@ def test_sampled_continuations_have_the_sampling_distributions_logprobs(engine, 
     assert worst < LOGPROB_ATOL
 
 
+@needs_vllm
+@pytest.mark.vllm
+def test_vllm_continuation_reuses_the_prompt_from_the_prefix_cache(vllm_slot, policy):
+    """A continuation resends prompt + partial; with prefix caching vLLM serves the prompt's full KV
+    blocks from the cache (RequestOutput.num_cached_tokens) instead of recomputing them. vLLM's CPU
+    attention backends use 256-token blocks, so this engine takes 512-token contexts and a ~300-token prompt."""
+    model, tok = policy
+    options = {**VLLM_OPTIONS, "max_model_len": 512, "max_num_batched_tokens": 512}
+    engine = vllm_slot.get("prefix", lambda: build_engine("vllm", model, tok, **options))
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size
+    ids = tok(" ".join(BIG_BATCH[:15]))["input_ids"]
+    assert len(ids) >= block and len(ids) + 8 <= 512, (len(ids), block)
+    first = engine.generate([GenerationRequest(ids, 1)], SamplingConfig(0.0, 1.0, 4))
+    assert engine.last_cached_tokens == 0
+    rest = engine.generate([GenerationRequest(ids, 1, partial_token_ids=first[0][0].token_ids)], SamplingConfig(0.0, 1.0, 4))
+    print(f"prefix cache: {engine.last_cached_tokens} of {len(ids)} prompt tokens reused (block size {block})")
+    assert engine.last_cached_tokens >= len(ids) // block * block > 0
+    whole = engine.generate([GenerationRequest(ids, 1)], SamplingConfig(0.0, 1.0, 8))  # and the tokens still agree
+    assert first[0][0].token_ids + rest[0][0].token_ids == whole[0][0].token_ids
+
+
 @engines("hf")
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_hf_hidden_state_is_the_last_layer_state_at_the_last_token(engine, policy, prompt_ids, temperature):
