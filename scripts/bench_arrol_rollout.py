@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--detect-tokens", type=int, default=16)
     ap.add_argument("--keep-ratio", type=float, default=0.5)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--step-cost", action="store_true", help="also time 32 new tokens at 8, 16 and 32 rows (seconds per decode step)")
     args = ap.parse_args()
     cfg = yaml.safe_load(open(args.config))
     m, d = cfg["model"], cfg["data"]
@@ -58,8 +59,20 @@ def main() -> None:
             tokens[name].append(generated)
             print(f"rep {rep} {name:5s}: rollout {stats.rollout_seconds:6.1f} s (wall {wall:6.1f} s), tokens {generated:6.0f}, "
                   f"rollouts in batch {len(batch)}, pruned {stats.extra.get('rollouts_pruned', 0):.0f}", flush=True)
+    if args.step_cost:  # is a decode step's cost proportional to the rows in it?
+        from lit_rlvr.rollout.base import GenerationRequest
+        from lit_rlvr.rollout.loop import render_prompt
+
+        prompt = render_prompt(tok, dm.pool(0).messages[0])
+        for rep in range(2):
+            for rows in (8, 16, 32):
+                t0 = time.perf_counter()
+                out = engine.generate([GenerationRequest(prompt, rows)], SamplingConfig(1.0, 1.0, 32, seed=rep))
+                steps = max(len(c.token_ids) for c in out[0])
+                print(f"step cost rep {rep}: {rows:2d} rows x {steps} steps: {(time.perf_counter() - t0) / steps * 1e3:6.0f} ms per step", flush=True)
     for name in times:
-        print(f"{name}: median rollout {statistics.median(times[name]):.1f} s, median tokens {statistics.median(tokens[name]):.0f}")
+        if times[name]:
+            print(f"{name}: median rollout {statistics.median(times[name]):.1f} s, median tokens {statistics.median(tokens[name]):.0f}")
     print(f"threads {torch.get_num_threads()}")
 
 
