@@ -259,3 +259,10 @@ def test_two_ddp_ranks_hold_identical_head_and_calibration(tmp_path):
     kept0 = torch.load(tmp_path / "selector_dump" / "survivors_rank0.pt", weights_only=False)
     kept1 = torch.load(tmp_path / "selector_dump" / "survivors_rank1.pt", weights_only=False)
     assert all(len(kept0[s]) == len(kept1[s]) == 4 for s in range(4))  # 2 prompts per rank x 2 survivors
+    # Either rank's state makes the same head-rule decisions on the same partial round.
+    arrols = [ARRoL(detect_tokens=3, cold_start_steps=1) for _ in range(2)]
+    for arrol, dump in zip(arrols, (rank0, rank1)):
+        arrol.load_state_dict(dump["states"]["ARRoL"])
+    partial = _partial(make_pool([10, 11, 12], batch_size=3), {0: [None] * 4, 1: [1.0, None, None, None], 2: [None] * 4},
+                       step=9, hidden_dim=head["features"].shape[1])
+    assert torch.equal(arrols[0].prune(partial), arrols[1].prune(partial))
