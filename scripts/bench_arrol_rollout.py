@@ -70,6 +70,10 @@ def main() -> None:
                 out = engine.generate([GenerationRequest(prompt, rows)], SamplingConfig(1.0, 1.0, 32, seed=rep))
                 steps = max(len(c.token_ids) for c in out[0])
                 print(f"step cost rep {rep}: {rows:2d} rows x {steps} steps: {(time.perf_counter() - t0) / steps * 1e3:6.0f} ms per step", flush=True)
+            for rows, extra in ((32, 0), (16, 16)):  # the plain round's prefill; the survivors' re-prefill (prompt + 16)
+                t0 = time.perf_counter()
+                engine.generate([GenerationRequest(prompt, rows, partial_token_ids=out[0][0].token_ids[:extra] or None)], SamplingConfig(1.0, 1.0, 1, seed=rep))
+                print(f"prefill rep {rep}: {rows:2d} rows x {len(prompt) + extra} tokens + 1 step: {time.perf_counter() - t0:5.2f} s", flush=True)
     for name in times:
         if times[name]:
             print(f"{name}: median rollout {statistics.median(times[name]):.1f} s, median tokens {statistics.median(tokens[name]):.0f}")
