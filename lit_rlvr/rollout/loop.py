@@ -3,6 +3,8 @@
 Each round asks the allocator how many more rollouts every pool prompt needs,
 generates all of them in ONE engine call, and scores them at once, because the
 next round's plan (VIGOR, SARA, Dynamic Sampling refill) depends on the rewards.
+With a rollout pruner (ARRoL) each round is ``rollout.pruning.run_pruned_round`` instead:
+generate to ``detect_tokens``, prune, continue the survivors (stage 2b).
 """
 
 from __future__ import annotations
@@ -166,7 +168,6 @@ class RolloutLoop:
             reward_components={k: torch.cat(v) for k, v in components.items()},
         )
         return batch, stats
-
 
     def _plain_round(
         self, requests: list[GenerationRequest], chosen: list[int], sampling: SamplingConfig, pool: PromptPool, stats: RolloutStats
