@@ -6,6 +6,8 @@ Definitions (logged per step as ``rollouts/...`` and cumulatively as ``cumulativ
   zero-variance (``advantages.is_zero_variance`` over all of the group's rollouts): the
   ones that can carry signal.
 - ``in_gradient``: kept rollouts with a non-zero advantage, i.e. that move the loss.
+- ``pruned``: rollouts a pruner (ARRoL) dropped after ``detect_tokens`` tokens; they are in
+  ``generated`` and the tokens they spent are in ``tokens/generated``, but not in the batch.
 - ``groups/solve_all`` / ``groups/solve_none``: rolled-out groups whose rollouts are all
   correct / all incorrect (by the accuracy reward).
 """
@@ -28,6 +30,7 @@ class Totals:
     rollouts_generated: int = 0
     rollouts_effective: int = 0
     rollouts_in_gradient: int = 0
+    rollouts_pruned: int = 0
     tokens_generated: int = 0
     groups_generated: int = 0
     groups_in_gradient: int = 0
@@ -85,10 +88,21 @@ def step_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, float]
     }
 
 
+def add_pruned(metrics: dict[str, float], extra: dict[str, float]) -> None:
+    """Count a pruner's dropped rollouts (``RolloutStats.extra``) into the step's metrics, in place:
+    ``rollouts/pruned``, and their rollouts and tokens into ``rollouts/generated`` and ``tokens/generated``."""
+    pruned = float(extra.get("rollouts_pruned", 0.0))
+    metrics["rollouts/pruned"] = pruned
+    metrics["rollouts/generated"] = metrics.get("rollouts/generated", 0.0) + pruned
+    metrics["tokens/generated"] = metrics.get("tokens/generated", 0.0) + float(extra.get("tokens_pruned", 0.0))
+    metrics["time/prune_s"] = float(extra.get("prune_seconds", 0.0))
+
+
 def update_totals(totals: Totals, metrics: dict[str, float]) -> None:
     totals.rollouts_generated += int(metrics.get("rollouts/generated", 0))
     totals.rollouts_effective += int(metrics.get("rollouts/effective", 0))
     totals.rollouts_in_gradient += int(metrics.get("rollouts/in_gradient", 0))
+    totals.rollouts_pruned += int(metrics.get("rollouts/pruned", 0))
     totals.tokens_generated += int(metrics.get("tokens/generated", 0))
     totals.groups_generated += int(metrics.get("groups/generated", 0))
     totals.groups_in_gradient += int(metrics.get("groups/in_gradient", 0))
@@ -99,6 +113,7 @@ def cumulative_metrics(totals: Totals) -> dict[str, float]:
         "cumulative/rollouts_generated": float(totals.rollouts_generated),
         "cumulative/rollouts_effective": float(totals.rollouts_effective),
         "cumulative/rollouts_in_gradient": float(totals.rollouts_in_gradient),
+        "cumulative/rollouts_pruned": float(totals.rollouts_pruned),
         "cumulative/tokens_generated": float(totals.tokens_generated),
         "cumulative/groups_in_gradient": float(totals.groups_in_gradient),
         "cumulative/round_cap_hits": float(totals.round_cap_hits),

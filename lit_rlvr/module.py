@@ -16,12 +16,13 @@ from typing import Any, Optional
 
 import torch
 
-from lit_rlvr.accounting import Totals, cumulative_metrics, mean_or_nan, step_metrics, update_totals
+from lit_rlvr.accounting import Totals, add_pruned, cumulative_metrics, mean_or_nan, step_metrics, update_totals
 from lit_rlvr.advantages import grpo_advantages
 from lit_rlvr.callbacks.base import (
     FixedGroupAllocator,
     RolloutAllocator,
     RolloutFilter,
+    RolloutPruner,
     SelectionCallback,
     TokenWeighter,
 )
@@ -181,7 +182,8 @@ class GRPOModule(PolicyModule):
 
         any_rank = self._any_rank if in_lockstep(self.policy) else None  # FSDP2: sharded generation is a collective
         return self.rollout_loop.run(
-            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer, any_rank
+            pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer,
+            any_rank, pruner=next(iter(self._selectors(RolloutPruner)), None),
         )
 
     def _any_rank(self, flag: bool) -> bool:
@@ -316,7 +318,8 @@ class GRPOModule(PolicyModule):
 
     def _log_step(self, batch: RolloutBatch, rollout: RolloutStats, update: dict[str, float]) -> None:
         metrics = step_metrics(batch, self._correct(batch.reward_components, len(batch)))
-        counts = ["rollouts/generated", "rollouts/effective", "rollouts/in_gradient", "tokens/generated", "groups/generated", "groups/in_gradient"]
+        add_pruned(metrics, rollout.extra)
+        counts = ["rollouts/generated", "rollouts/pruned", "rollouts/effective", "rollouts/in_gradient", "tokens/generated", "groups/generated", "groups/in_gradient"]
         summed = self._sum_over_ranks([metrics.get(k, 0.0) for k in counts] + [float(rollout.hit_round_cap), rollout.reward_errors, rollout.reward_timeouts])
         update_totals(self.totals, dict(zip(counts, summed)))
         self.totals.round_cap_hits += int(summed[-3])

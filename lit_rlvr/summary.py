@@ -95,6 +95,7 @@ class RunSummary(pl.Callback):
             out.append(
                 f"  rollouts              {totals.rollouts_generated} generated, "
                 f"{totals.rollouts_in_gradient} in the gradient{share}, {totals.tokens_generated} tokens"
+                + (f", {totals.rollouts_pruned} pruned during generation" if getattr(totals, "rollouts_pruned", 0) else "")
             )
             if totals.reward_errors or totals.reward_timeouts:
                 out.append(f"  reward failures       {totals.reward_errors} errors, {totals.reward_timeouts} timeouts (scored 0)")

@@ -80,6 +80,9 @@ class Completion:
     """"stop" (EOS or a stop string) or "length" (hit max_new_tokens: truncated)."""
     text: str = ""
     """Decoded completion text (special tokens skipped)."""
+    hidden_state: Optional[torch.Tensor] = None
+    """[H] float32 last-layer hidden state at the last token, when asked for
+    (``SamplingConfig.return_hidden_states``) and the engine gives it; else None."""
 
     @property
     def truncated(self) -> bool:

@@ -103,3 +103,25 @@ class RecordShardsAndGreedy(_pl.Callback):
         }
         _os.makedirs(self.out_dir, exist_ok=True)
         _torch.save(record, _os.path.join(self.out_dir, f"rank{trainer.global_rank}.pt"))
+
+
+from lit_rlvr.callbacks.base import SelectionCallback as _SelectionCallback
+
+
+class DumpSurvivors(_SelectionCallback):
+    """Records, per step, every rollout that reached the batch (prompt id, token ids): with a pruner,
+    the pruning decisions. Saved at the end to ``<dir>/survivors_rank<r>.pt``."""
+
+    def __init__(self, out_dir: str = "selector_dump") -> None:
+        self.out_dir = out_dir
+        self.steps: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+
+    def on_rollouts_scored(self, trainer, pl_module, batch) -> None:
+        self.steps[int(pl_module.steps_done)] = [(int(i), tuple(c.token_ids)) for i, c in zip(batch.prompt_ids.tolist(), batch.completions)]
+
+    def state_dict(self):
+        return {}
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        _os.makedirs(self.out_dir, exist_ok=True)
+        _torch.save(self.steps, _os.path.join(self.out_dir, f"survivors_rank{trainer.global_rank}.pt"))

@@ -1,17 +1,19 @@
 """Selection methods as Lightning callbacks (configure under ``trainer.callbacks`` by class path).
 
 Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
-Pre-backward: DynamicSampling (zero-variance drop), PODS. After reward (revise) and loss
-weights: OCGRPO. The contract is in ``base``.
+During rollout: ARRoL (a pruner). Pre-backward: DynamicSampling (zero-variance drop), PODS.
+After reward (revise) and loss weights: OCGRPO. The contract is in ``base``.
 """
 
 from lit_rlvr.callbacks.base import (
     FixedGroupAllocator,
     GroupReplacement,
     GroupReviser,
+    PartialRollouts,
     PromptSelector,
     RolloutAllocator,
     RolloutFilter,
+    RolloutPruner,
     RolloutState,
     Revision,
     SelectionCallback,
@@ -20,6 +22,7 @@ from lit_rlvr.callbacks.base import (
     group_observations,
     seeded_generator,
 )
+from lit_rlvr.callbacks.arrol import ARRoL
 from lit_rlvr.callbacks.dps import DPS
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling
 from lit_rlvr.callbacks.greso import GRESO
@@ -31,6 +34,7 @@ from lit_rlvr.callbacks.sara import SARA
 from lit_rlvr.callbacks.vigor import VIGOR
 
 __all__ = [
+    "ARRoL",
     "DPS",
     "GRESO",
     "LEEPS",
@@ -45,7 +49,9 @@ __all__ = [
     "MoPPS",
     "PromptSelector",
     "RolloutAllocator",
+    "PartialRollouts",
     "RolloutFilter",
+    "RolloutPruner",
     "RolloutState",
     "Revision",
     "SelectionCallback",

@@ -7,6 +7,7 @@ A selector subclasses one of the stage bases below and overrides that stage's ho
 | pre-rollout   | ``PromptSelector`` | ``on_train_batch_start(trainer, module, pool, i)`` narrows ``pool.keep`` |
 | rollout       | ``RolloutAllocator``| ``plan(state) -> [P] counts`` (at most one per run) |
 | observe       | any                | ``on_rollouts_scored(trainer, module, batch)``    |
+| during rollout| ``RolloutPruner``  | ``prune(partial) -> [n] keep mask`` over partial rollouts (at most one per run) |
 | after reward  | ``GroupReviser``   | ``revise(trainer, module, batch, stats) -> Revision`` (at most one per run) |
 | pre-backward  | ``RolloutFilter``  | ``select_rollouts(trainer, module, batch) -> [N] keep mask`` |
 | loss          | ``TokenWeighter``  | ``token_weights(trainer, module, batch) -> [N] list of [L_i]`` |
@@ -28,14 +29,13 @@ import lightning.pytorch as pl
 import torch
 
 from lit_rlvr.advantages import REWARD_TOL, is_zero_variance
-from lit_rlvr.types import PromptPool, RolloutBatch
+from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
     from lit_rlvr.rollout.loop import RolloutStats
-    from lit_rlvr.types import Completion
 
 
 class SelectionCallback(pl.Callback):
@@ -147,6 +147,9 @@ class RolloutAllocator(SelectionCallback):
     """
 
     max_rounds: int = 1
+    plans_whole_groups: bool = False
+    """True when every round plans G (``state.group_size``) or 0 rollouts per prompt, never a
+    share of a group: a rollout pruner (ARRoL) can then prune each round's groups to K·G."""
 
     def plan(self, state: RolloutState) -> torch.Tensor:
         """[P] int64 more rollouts per pool prompt this round; all zeros ends the step's rollout."""
@@ -157,6 +160,7 @@ class FixedGroupAllocator(RolloutAllocator):
     """The default (plain GRPO): the first B eligible prompts get G rollouts each, in one round."""
 
     max_rounds = 1
+    plans_whole_groups = True
 
     def plan(self, state: RolloutState) -> torch.Tensor:
         counts = torch.zeros(len(state.pool), dtype=torch.long)
@@ -164,6 +168,71 @@ class FixedGroupAllocator(RolloutAllocator):
             chosen = state.pool.eligible()[: state.pool.batch_size]
             counts[chosen] = state.group_size
         return counts
+
+
+@dataclass
+class PartialRollouts:
+    """One round's rollouts after ``detect_tokens`` tokens, as the rollout loop hands them to a pruner (n rows).
+
+    Rows that stopped before ``detect_tokens`` are complete and already scored (``finished``,
+    ``rewards``); the others are partial (reward NaN) and are continued only if the pruner keeps them.
+    """
+
+    pool: PromptPool
+    prompt_index: torch.Tensor
+    """[n] int64 pool index of each rollout's prompt."""
+    prompt_token_ids: list[list[int]]
+    """[n] the rendered prompt of each row."""
+    completions: list[Completion]
+    """[n] tokens generated so far (at most ``detect_tokens``)."""
+    finished: torch.Tensor
+    """[n] bool: the rollout stopped before ``detect_tokens``: complete and scored."""
+    rewards: torch.Tensor
+    """[n] float32 true reward of finished rows; NaN for partial ones."""
+    hidden: Optional[torch.Tensor]
+    """[n, H] float32 last-layer hidden state at each row's last token, when the engine gave it (else None)."""
+    step: int
+    seed: int
+    round: int
+    group_size: int
+
+    def __len__(self) -> int:
+        return len(self.completions)
+
+
+class RolloutPruner(SelectionCallback):
+    """During rollout (stage 2b): sees each round's rollouts at ``detect_tokens`` tokens and keeps some.
+
+    The rollout loop generates every planned rollout up to ``detect_tokens`` tokens, scores the ones
+    that already stopped, calls ``prune(partial)``, continues only the kept partial rollouts to
+    ``max_new_tokens``, scores them, and reports the kept rows' final rewards to ``record_outcomes``.
+    Pruned rollouts never reach the batch; they are counted (``rollouts/pruned``) and their tokens
+    are in ``tokens/generated``. At most one pruner per run.
+    """
+
+    detect_tokens: int = 512
+    wants_hidden_states: bool = False
+    """Ask the engine for ``PartialRollouts.hidden`` (the HF engine gives it from its generating forward)."""
+
+    def prune(self, partial: PartialRollouts) -> torch.Tensor:
+        """[n] bool rollouts to keep (a finished one kept enters the batch as it is; a partial one is continued)."""
+        raise NotImplementedError
+
+    def record_outcomes(self, partial: PartialRollouts, keep: torch.Tensor, rewards: torch.Tensor) -> None:
+        """After the round: ``rewards`` [n] float32 final rewards of kept rows (NaN for pruned ones)."""
+
+    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list["SelectionCallback"]) -> None:
+        pruners = [s for s in selectors if isinstance(s, RolloutPruner)]
+        if len(pruners) > 1:
+            names = " and ".join(type(p).__name__ for p in pruners)
+            raise ValueError(f"{names} are both rollout pruners, and a run has at most one: remove one of them from trainer.callbacks")
+        max_new = int(pl_module.rollout_settings.max_new_tokens)
+        if not 1 <= self.detect_tokens < max_new:
+            raise ValueError(
+                f"{type(self).__name__}.detect_tokens={self.detect_tokens} must be in [1, model.rollout.max_new_tokens={max_new}): "
+                f"the pruner decides after detect_tokens tokens, so nothing would be left to save. Lower detect_tokens "
+                f"(about a quarter of max_new_tokens) or raise model.rollout.max_new_tokens"
+            )
 
 
 class RolloutFilter(SelectionCallback):

@@ -163,6 +163,8 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
             fixed first round.
     """
 
+    plans_whole_groups = True  # every round: G rollouts for each admitted prompt (``_schedule``)
+
     def __init__(
         self,
         max_rounds: int = 10,

@@ -26,6 +26,10 @@ class SamplingConfig:
     """Completion length cap; a completion that reaches it is truncated (finish_reason "length")."""
     seed: int | None = None
     """Seed for this call's sampling (None: the engine's own generator state)."""
+    return_hidden_states: bool = False
+    """Ask for ``Completion.hidden_state``: the policy's last-layer hidden state at each completion's
+    last token (a pruner's quality head reads it). An engine that cannot give it from its generating
+    forward leaves it None; the caller then computes it (``rollout.hidden.last_hidden_states``)."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -42,10 +46,21 @@ class SamplingConfig:
 
 @dataclass
 class GenerationRequest:
-    """``n`` samples of one prompt."""
+    """``n`` samples of one prompt, optionally continuing a partial completion.
+
+    With ``partial_token_ids`` the engine generates after prompt + partial (a pruner's survivor)
+    and returns only the NEW tokens with their log-probs; ``max_new_tokens`` counts new tokens.
+    """
 
     prompt_token_ids: list[int]
     n: int
+    partial_token_ids: list[int] | None = None
+    """Tokens already generated for this prompt, to continue from (None: a fresh completion)."""
+
+    @property
+    def context_token_ids(self) -> list[int]:
+        """What the engine conditions on: prompt + partial."""
+        return list(self.prompt_token_ids) + list(self.partial_token_ids or [])
 
 
 @runtime_checkable

@@ -14,6 +14,17 @@ while generating by a logits processor placed last in the chain, which keeps one
 ``[rows, vocab]`` log-softmax and gathers it at the token chosen from it on the next step:
 memory O(rows x vocab) instead of the O(steps x rows x vocab) of ``output_scores=True``.
 
+Continuation: a request with ``partial_token_ids`` is generated after prompt + partial (one
+prefill over both) and only the new tokens come back.
+
+Hidden states (``SamplingConfig.return_hidden_states``): a forward hook on the decoder keeps, per
+generate step, the last-layer hidden state at the position just fed in. The state AT a
+completion's last token is computed by the forward that feeds that token, i.e. the step that
+samples the one after it, so the engine runs one step beyond ``max_new_tokens`` and drops that
+extra token (cost: one decode step of the batch). A completion that stopped reads the state at its
+stop token, or at the token before it when the whole batch ended with it (generate runs no
+further forward then).
+
 Sampling draws each token by inverse-CDF sampling (``_InverseCDFSampler``, placed after the
 recorder) and lets ``generate`` run its greedy loop on the result. It samples the same
 distribution as transformers' ``torch.multinomial``, which on CPU costs about 64 ms per step for
@@ -102,6 +113,23 @@ def _plain_generation_config(hf_model: Any) -> Iterator[None]:
         hf_model.generation_config = saved
 
 
+class _LastHiddenRecorder:
+    """Forward hook on the decoder: per call, the [R, H] last-layer state at the last input position."""
+
+    def __init__(self) -> None:
+        self.steps: list[torch.Tensor] = []  # T+1 x [R, H]; steps[0]: the prefill's last position
+
+    def __call__(self, module: Any, args: Any, output: Any) -> None:
+        hidden = getattr(output, "last_hidden_state", None)
+        if hidden is None:
+            hidden = output[0] if isinstance(output, (tuple, list)) else output
+        self.steps.append(hidden[:, -1, :].detach().float().cpu())
+
+    def at(self, row: int, step: int) -> torch.Tensor:
+        """[H] the state after feeding generated token ``step`` (1-based; 0 = the prompt's last)."""
+        return self.steps[min(step, len(self.steps) - 1)][row].clone()
+
+
 def _as_id_list(value: Any) -> list[int]:
     if value is None:
         return []
@@ -167,13 +195,13 @@ class HFEngine:
         time; with ``sampling.seed`` the call draws from its own seeded RNG stream (the global
         RNG state is restored afterwards), so the same call gives the same completions.
         """
-        rows: list[tuple[int, list[int]]] = []  # (request index, prompt ids)
+        rows: list[tuple[int, list[int]]] = []  # (request index, prompt + partial ids)
         for i, req in enumerate(requests):
             if req.n < 0:
                 raise ValueError(f"request {i}: n must be >= 0, got {req.n}")
             if req.n and not req.prompt_token_ids:
                 raise ValueError(f"request {i}: empty prompt_token_ids")
-            rows.extend((i, list(req.prompt_token_ids)) for _ in range(req.n))
+            rows.extend((i, req.context_token_ids) for _ in range(req.n))
         out: list[list[Completion]] = [[] for _ in requests]
         lockstep = in_lockstep(self.model)
         if not rows and not lockstep:
@@ -233,9 +261,11 @@ class HFEngine:
         if not sampling.greedy:
             processors.append(_InverseCDFSampler(recorder))  # generate then takes its argmax: the sampled token
 
+        want_hidden = sampling.return_hidden_states
+        hidden = _LastHiddenRecorder() if want_hidden else None
         config = GenerationConfig(
             do_sample=False,
-            max_new_tokens=sampling.max_new_tokens,
+            max_new_tokens=sampling.max_new_tokens + (1 if want_hidden else 0),  # +1: the forward over the last token
             temperature=1.0,
             top_p=1.0,
             top_k=None,
@@ -244,20 +274,25 @@ class HFEngine:
             use_cache=True,
             return_dict_in_generate=True,
         )
-        generated = self.model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            generation_config=config,
-            logits_processor=LogitsProcessorList(processors),
-            synced_gpus=lockstep,  # FSDP2: keep decoding until every rank's rows are done (the gathers pair up)
-        )
+        handle = self._hf_model().get_decoder().register_forward_hook(hidden) if hidden is not None else None
+        try:
+            generated = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=config,
+                logits_processor=LogitsProcessorList(processors),
+                synced_gpus=lockstep,  # FSDP2: keep decoding until every rank's rows are done (the gathers pair up)
+            )
+        finally:
+            if handle is not None:
+                handle.remove()
         new_tokens = generated.sequences[:, width:].cpu()  # [R, T]
         logprobs = recorder.finish(generated.sequences[:, -1]).cpu()  # [R, T]
 
         stop = set(self.stop_token_ids)
         completions = []
         for j in range(len(prompts)):
-            ids = new_tokens[j].tolist()
+            ids = new_tokens[j].tolist()[: sampling.max_new_tokens]  # drop the extra hidden-state step's token
             end = next((k + 1 for k, t in enumerate(ids) if t in stop), None)
             if end is None:
                 finish, end = "length", len(ids)
@@ -270,6 +305,7 @@ class HFEngine:
                     logprobs=logprobs[j, :end].tolist(),
                     finish_reason=finish,
                     text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                    hidden_state=hidden.at(j, end) if hidden is not None else None,
                 )
             )
         return completions

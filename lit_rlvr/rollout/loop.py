@@ -3,6 +3,8 @@
 Each round asks the allocator how many more rollouts every pool prompt needs,
 generates all of them in ONE engine call, and scores them at once, because the
 next round's plan (VIGOR, SARA, Dynamic Sampling refill) depends on the rewards.
+With a rollout pruner (ARRoL) each round is ``rollout.pruning.run_pruned_round`` instead:
+generate to ``detect_tokens``, prune, continue the survivors (stage 2b).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from lit_rlvr.callbacks.base import RolloutAllocator, RolloutState
-from lit_rlvr.rewards.base import RewardScorer
+from lit_rlvr.callbacks.base import RolloutAllocator, RolloutPruner, RolloutState
+from lit_rlvr.rewards.base import RewardResult, RewardScorer
 from lit_rlvr.rollout.base import GenerationRequest, RolloutEngine, SamplingConfig
+from lit_rlvr.rollout.pruning import run_pruned_round
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,7 @@ class RolloutLoop:
         rank: int = 0,
         drawer: Optional[Callable[[int], PromptPool]] = None,
         any_rank: Optional[Callable[[bool], bool]] = None,
+        pruner: Optional[RolloutPruner] = None,
     ) -> tuple[RolloutBatch, RolloutStats]:
         """Roll out the pool as the allocator plans, round by round, until it plans nothing or hits its cap.
 
@@ -97,6 +101,7 @@ class RolloutLoop:
         ``any_rank(flag)`` (a collective: whether any rank passed True) keeps the engine calls of
         ranks in step when generation itself is a collective (FSDP2): a rank whose allocator is done
         makes empty engine calls while another rank still generates rounds.
+        ``pruner``: each round goes through ``run_pruned_round`` (only its survivors reach the batch).
         """
         state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed, drawer=drawer)
         prompt_tokens: dict[int, list[int]] = {}
@@ -135,19 +140,19 @@ class RolloutLoop:
                 max_new_tokens=self.sampling.max_new_tokens,
                 seed=_round_seed(seed, step, state.round, rank),
             )
-            t0 = time.perf_counter()
-            outputs = self.engine.generate(requests, sampling)  # one batched call per round
-            stats.rollout_seconds += time.perf_counter() - t0
-
-            new_prompt = [p for p, outs in zip(chosen, outputs) for _ in outs]
-            new_completions = [c for outs in outputs for c in outs]
-            t0 = time.perf_counter()
-            result = self.scorer.score(
-                [c.text for c in new_completions],
-                [pool.answers[p] for p in new_prompt],
-                [pool.metadata[p] for p in new_prompt],
-            )
-            stats.reward_seconds += time.perf_counter() - t0
+            if pruner is None:
+                new_prompt, new_completions, result = self._plain_round(requests, chosen, sampling, pool, stats)
+            else:  # stage 2b: generate to detect_tokens, prune, continue the survivors
+                pruned = run_pruned_round(
+                    self.engine, self.tokenizer, self.scorer, pruner, pool, requests, chosen, sampling,
+                    step, seed, state.round, group_size,
+                )
+                new_prompt, new_completions, result = pruned.prompt_index, pruned.completions, pruned.result
+                stats.rollout_seconds += pruned.generate_seconds + pruned.prune_seconds
+                stats.reward_seconds += pruned.reward_seconds
+                for key, value in (("rollouts_pruned", pruned.pruned), ("tokens_pruned", pruned.pruned_tokens),
+                                   ("rollouts_continued", pruned.continued), ("prune_seconds", pruned.prune_seconds)):
+                    stats.extra[key] = stats.extra.get(key, 0.0) + float(value)
             stats.reward_errors += result.errors
             stats.reward_timeouts += result.timeouts
 
@@ -177,6 +182,23 @@ class RolloutLoop:
             reward_components={k: torch.cat(v) for k, v in components.items()},
         )
         return batch, stats
+
+    def _plain_round(
+        self, requests: list[GenerationRequest], chosen: list[int], sampling: SamplingConfig, pool: PromptPool, stats: RolloutStats
+    ) -> tuple[list[int], list[Completion], RewardResult]:
+        t0 = time.perf_counter()
+        outputs = self.engine.generate(requests, sampling)  # one batched call per round
+        stats.rollout_seconds += time.perf_counter() - t0
+        new_prompt = [p for p, outs in zip(chosen, outputs) for _ in outs]
+        new_completions = [c for outs in outputs for c in outs]
+        t0 = time.perf_counter()
+        result = self.scorer.score(
+            [c.text for c in new_completions],
+            [pool.answers[p] for p in new_prompt],
+            [pool.metadata[p] for p in new_prompt],
+        )
+        stats.reward_seconds += time.perf_counter() - t0
+        return new_prompt, new_completions, result
 
 
 def _round_seed(seed: int, step: int, round_: int, rank: int) -> int:

@@ -193,6 +193,10 @@ class VLLMEngine:
         if stop_token_ids is None:
             stop_token_ids = self._eos_ids(model, tokenizer)
         self.stop_token_ids = [int(t) for t in stop_token_ids]
+        # Continuations (a pruner's survivors) resend prompt + partial: with prefix caching the
+        # prompt's KV blocks computed in the detect round are reused, not recomputed.
+        llm_kwargs.setdefault("enable_prefix_caching", True)
+        self.last_cached_tokens = 0
         self.last_sync_seconds = 0.0
         started = time.perf_counter()
         self.llm = vllm.LLM(
@@ -326,7 +330,9 @@ class VLLMEngine:
                 raise ValueError(f"request {i}: empty prompt_token_ids")
             # vLLM refuses n > 1 with greedy decoding: ask for n copies of the prompt instead.
             copies, n = (request.n, 1) if sampling.greedy else (1, request.n)
-            prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
+            # A continuation conditions on prompt + partial; prefix caching (on, below) reuses the
+            # prompt's KV blocks from the detect round, so only the partial is prefilled again.
+            prompt = TokensPrompt(prompt_token_ids=request.context_token_ids)
             for _ in range(copies):
                 params.append(
                     SamplingParams(
@@ -352,6 +358,8 @@ class VLLMEngine:
         finally:
             self.sleep()
 
+        # Prompt tokens served from the prefix cache in this call (a continuation reuses its prompt's blocks).
+        self.last_cached_tokens = sum(int(getattr(result, "num_cached_tokens", None) or 0) for result in results)
         for i, result in zip(index, results):
             for sample in sorted(result.outputs, key=lambda o: o.index):
                 token_ids = list(sample.token_ids)

@@ -270,6 +270,92 @@ def test_logprobs_match_hf_forward(engine, policy, prompt_ids, temperature, top_
     assert worst < LOGPROB_ATOL
 
 
+# --------------------------------------------------------------------------- continuation (a pruner's survivors)
+
+
+@engines()
+@pytest.mark.parametrize("cut", [3, 7])
+def test_continuing_a_greedy_partial_equals_uninterrupted_generation(engine, prompt_ids, cut):
+    """Greedy: the first ``cut`` tokens, then a continuation of them, give the tokens (and log-probs)
+    of one uninterrupted greedy generation; only the new tokens come back."""
+    greedy = SamplingConfig(0.0, 1.0, MAX_NEW)
+    whole = engine.generate([GenerationRequest(ids, 1) for ids in prompt_ids], greedy)
+    long = [i for i, g in enumerate(whole) if g[0].finish_reason == "length"]
+    assert len(long) >= 2
+    requests = [GenerationRequest(prompt_ids[i], 1, partial_token_ids=whole[i][0].token_ids[:cut]) for i in long]
+    rest = engine.generate(requests, SamplingConfig(0.0, 1.0, MAX_NEW - cut))
+    for i, group in zip(long, rest):
+        c = group[0]
+        assert whole[i][0].token_ids[:cut] + c.token_ids == whole[i][0].token_ids
+        assert len(c.logprobs) == len(c.token_ids) == MAX_NEW - cut
+        assert torch.allclose(torch.tensor(c.logprobs), torch.tensor(whole[i][0].logprobs[cut:]), atol=LOGPROB_ATOL)
+        assert c.finish_reason == "length"
+
+
+@engines()
+def test_sampled_continuations_have_the_sampling_distributions_logprobs(engine, policy, prompt_ids):
+    """A sampled continuation's log-probs are log softmax(logits / T) at prompt + partial + new tokens."""
+    model, _ = policy
+    first = engine.generate([GenerationRequest(ids, 2) for ids in prompt_ids[:3]], SamplingConfig(0.8, 1.0, 4, seed=2))
+    partials = [(ids, c.token_ids) for ids, g in zip(prompt_ids, first) for c in g if c.finish_reason == "length"]
+    assert partials
+    out = engine.generate(
+        [GenerationRequest(ids, 1, partial_token_ids=part) for ids, part in partials], SamplingConfig(0.8, 1.0, 8, seed=3)
+    )
+    worst = 0.0
+    for (ids, part), group in zip(partials, out):
+        c = group[0]
+        assert 1 <= len(c.token_ids) <= 8 and len(c.logprobs) == len(c.token_ids)
+        expected = forward_logprobs(model, list(ids) + list(part), c.token_ids, 0.8)
+        worst = max(worst, (torch.tensor(c.logprobs) - expected).abs().max().item())
+    print(f"continuation: max |logprob - HF forward| = {worst:.2e}")
+    assert worst < LOGPROB_ATOL
+
+
+@needs_vllm
+@pytest.mark.vllm
+def test_vllm_continuation_reuses_the_prompt_from_the_prefix_cache(vllm_slot, policy):
+    """A continuation resends prompt + partial; with prefix caching vLLM serves the prompt's full KV
+    blocks from the cache (RequestOutput.num_cached_tokens) instead of recomputing them. vLLM's CPU
+    attention backends use 256-token blocks, so this engine takes 512-token contexts and a ~300-token prompt."""
+    model, tok = policy
+    options = {**VLLM_OPTIONS, "max_model_len": 512, "max_num_batched_tokens": 512}
+    engine = vllm_slot.get("prefix", lambda: build_engine("vllm", model, tok, **options))
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size
+    ids = tok(" ".join(BIG_BATCH[:15]))["input_ids"]
+    assert len(ids) >= block and len(ids) + 8 <= 512, (len(ids), block)
+    first = engine.generate([GenerationRequest(ids, 1)], SamplingConfig(0.0, 1.0, 4))
+    assert engine.last_cached_tokens == 0
+    rest = engine.generate([GenerationRequest(ids, 1, partial_token_ids=first[0][0].token_ids)], SamplingConfig(0.0, 1.0, 4))
+    print(f"prefix cache: {engine.last_cached_tokens} of {len(ids)} prompt tokens reused (block size {block})")
+    assert engine.last_cached_tokens >= len(ids) // block * block > 0
+    whole = engine.generate([GenerationRequest(ids, 1)], SamplingConfig(0.0, 1.0, 8))  # and the tokens still agree
+    assert first[0][0].token_ids + rest[0][0].token_ids == whole[0][0].token_ids
+
+
+@engines("hf")
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_hf_hidden_state_is_the_last_layer_state_at_the_last_token(engine, policy, prompt_ids, temperature):
+    """return_hidden_states: each completion carries the decoder's last-layer state at its last token
+    (a plain forward over prompt + completion agrees), and the tokens are those of a call without it."""
+    model, _ = policy
+    requests = [GenerationRequest(ids, 2) for ids in prompt_ids]
+    plain = engine.generate(requests, SamplingConfig(temperature, 1.0, 6, seed=4))
+    with_state = engine.generate(requests, SamplingConfig(temperature, 1.0, 6, seed=4, return_hidden_states=True))
+    assert [[c.token_ids for c in g] for g in plain] == [[c.token_ids for c in g] for g in with_state]
+    assert all(c.hidden_state is None for g in plain for c in g)
+    worst, reasons = 0.0, set()
+    for ids, group in zip(prompt_ids, with_state):
+        for c in group:
+            reasons.add(c.finish_reason)
+            seq = torch.tensor([list(ids) + c.token_ids])
+            with torch.no_grad():
+                want = model(input_ids=seq, output_hidden_states=True).hidden_states[-1][0, -1]
+            worst = max(worst, (c.hidden_state - want).abs().max().item())
+    assert "length" in reasons
+    assert worst < 1e-4, worst
+
+
 # --------------------------------------------------------------------------- vLLM against HF
 
 

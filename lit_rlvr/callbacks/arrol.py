@@ -1,0 +1,268 @@
+"""ARRoL: online rollout pruning with a learned quality head, during generation.
+
+"Prune as You Generate" (ARRoL, arXiv 2603.24840; code not public). METHODS.md, "ARRoL":
+every prompt starts a group of G rollouts; at ``detect_tokens`` tokens a quality head predicts
+each partial rollout's chance of ending correct, and the group is pruned to K·G survivors whose
+predicted positive fraction is near ρ (a correctness-balanced group has the largest reward
+variance). Only survivors are continued, scored and trained on. A rollout that stopped before
+``detect_tokens`` is complete and subject to the same rule with its true reward (p = 1 if it is
+a success, else 0).
+
+What the paper leaves open, decided here (each a constructor argument where it matters):
+
+* **Head input.** The policy's last-layer hidden state (after the final norm) at the partial's
+  last token. The HF engine returns it from its generating forward (one extra decode step, see
+  ``rollout/hf.py``); for other engines one batched no-grad forward over prompt + partial
+  (``rollout.hidden.last_hidden_states``), timed in ``time/prune_s``.
+* **Head.** LayerNorm (no affine) → Linear(H, ``head_width``) → ReLU → Linear(·, 1); Adam
+  (``head_lr``), ``head_steps`` full-batch steps per training step over a FIFO buffer of the last
+  ``buffer_size`` (state, outcome) pairs, gathered from every rank. Outcome = total reward >=
+  ``success_threshold``. It learns from rollouts whose final reward is known: survivors and
+  rollouts that stopped early (pruned partial rollouts never get one, so after the cold start
+  the head sees mostly survivors).
+* **Calibration.** ``calibration_buckets`` equal-width buckets of the raw score, each a Beta(1, 1)
+  + outcome counts posterior, counts multiplied by ``calibration_decay`` every step (the head moves).
+* **Survivor rule.** ``keep = max(2, round(K·n))`` of each round's n rollouts of a prompt: the
+  subset whose mean calibrated p̂ is nearest ρ, exact over all subsets while C(n, k) <=
+  ``max_enumerate`` (ties broken by a draw seeded by (seed, step, prompt id, round)).
+* **Cold start.** For the first ``cold_start_steps`` steps, and always with ``survivors="random"``
+  (the paper's control), the k survivors are a seeded random subset; the head trains and is
+  measured either way, so the control reports head AUC too.
+* **tokens_saved.** An estimate: pruned partial rollouts × the mean tokens the continued
+  survivors of the same step generated after ``detect_tokens``.
+
+State (``state_dict``): the head's weights, optimizer and buffer; the calibration counts; the
+cumulative counters. Every rank trains on the same gathered rows from the same initial weights,
+so the head, the calibration and every pruning rule are identical on every rank and on resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any, Optional
+
+import lightning.pytorch as pl
+import torch
+
+from lit_rlvr.callbacks.base import PartialRollouts, RolloutAllocator, RolloutPruner, SelectionCallback, gather_rows, seeded_generator
+from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
+from lit_rlvr.types import RolloutBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lit_rlvr.module import GRPOModule
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ARRoL", "keep_count"]
+
+SURVIVORS = ("head", "random")
+
+
+def keep_count(n: int, keep_ratio: float) -> int:
+    """Survivors of a group of n: round(K·n), at least 2 (a group of one has no variance), at most n."""
+    return min(n, max(2, int(math.floor(keep_ratio * n + 0.5))))
+
+
+class ARRoL(RolloutPruner):
+    """Prune each group to K·G survivors at ``detect_tokens`` tokens, steering their predicted positive fraction to ρ.
+
+    Args:
+        detect_tokens: L_detect, tokens generated before the decision (paper: 512; scale it to the
+            task: it must be below ``model.rollout.max_new_tokens``).
+        keep_ratio: K, the share of each group continued (paper: 0.5 beats 0.25 and 0.75).
+        target_positive: ρ, the survivors' targeted mean predicted success (paper: 0.5).
+        cold_start_steps: steps with random survivors while the head learns (paper: ~20).
+        survivors: "head" (the method) or "random" (the paper's control: the same keep ratio,
+            random survivors).
+        success_threshold: a rollout is a success (head target 1) when its total reward >= this.
+        head_width, head_lr, head_steps, buffer_size, head_seed: the quality head (``QualityHead``).
+        calibration_buckets, calibration_decay: the online calibration (``BucketCalibrator``).
+        max_enumerate: exact subset search up to this many subsets per group.
+        forward_batch_size: rows per no-grad forward when the engine gives no hidden states.
+    """
+
+    wants_hidden_states = True
+
+    def __init__(
+        self,
+        detect_tokens: int = 512,
+        keep_ratio: float = 0.5,
+        target_positive: float = 0.5,
+        cold_start_steps: int = 20,
+        survivors: str = "head",
+        success_threshold: float = 0.5,
+        head_width: int = 64,
+        head_lr: float = 1e-3,
+        head_steps: int = 8,
+        buffer_size: int = 1024,
+        head_seed: int = 0,
+        calibration_buckets: int = 10,
+        calibration_decay: float = 0.98,
+        max_enumerate: int = 20_000,
+        forward_batch_size: int = 16,
+    ) -> None:
+        super().__init__()
+        if detect_tokens < 1:
+            raise ValueError(f"ARRoL.detect_tokens must be >= 1, got {detect_tokens}")
+        if not 0 < keep_ratio <= 1:
+            raise ValueError(f"ARRoL.keep_ratio must be in (0, 1], got {keep_ratio}")
+        if not 0 <= target_positive <= 1:
+            raise ValueError(f"ARRoL.target_positive must be in [0, 1], got {target_positive}")
+        if survivors not in SURVIVORS:
+            raise ValueError(f"ARRoL.survivors={survivors!r} is unknown; choose one of {SURVIVORS}")
+        if cold_start_steps < 0:
+            raise ValueError(f"ARRoL.cold_start_steps must be >= 0, got {cold_start_steps}")
+        self.detect_tokens = int(detect_tokens)
+        self.keep_ratio = float(keep_ratio)
+        self.target_positive = float(target_positive)
+        self.cold_start_steps = int(cold_start_steps)
+        self.survivors = survivors
+        self.success_threshold = float(success_threshold)
+        self.max_enumerate = int(max_enumerate)
+        self.forward_batch_size = int(forward_batch_size)
+        self.head = QualityHead(head_width, head_lr, head_steps, buffer_size, head_seed)
+        self.calibrator = BucketCalibrator(calibration_buckets, calibration_decay)
+        self.totals = {"pruned": 0, "kept": 0, "tokens_saved": 0.0, "steps": 0}
+        self._policy: Any = None
+        self._pad_id = 0
+        self._trainer: Optional[pl.Trainer] = None
+        self._rows: list[torch.Tensor] = []  # this step's [m, H + 3] (outcome, raw, kept, state...)
+        self._step_counts = {"pruned_partial": 0, "continued_tokens": 0, "continued": 0, "pruned": 0}
+        self._metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ contract
+
+    def _state_key_fields(self) -> dict[str, Any]:
+        return {"detect_tokens": self.detect_tokens, "keep_ratio": self.keep_ratio, "target_positive": self.target_positive, "survivors": self.survivors}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"head": self.head.state_dict(), "calibrator": self.calibrator.state_dict(), "totals": dict(self.totals)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.head.load_state_dict(state_dict.get("head", {}))
+        if "calibrator" in state_dict:
+            self.calibrator.load_state_dict(state_dict["calibrator"])
+        self.totals.update(state_dict.get("totals", {}))
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
+
+    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+        super().setup_selection(trainer, pl_module, selectors)  # one pruner; detect_tokens < max_new_tokens
+        group = int(pl_module.rollout_settings.num_generations)
+        if self.keep_ratio * group < 2:
+            raise ValueError(
+                f"ARRoL.keep_ratio={self.keep_ratio} × model.rollout.num_generations={group} = {self.keep_ratio * group:g} < 2: "
+                f"a pruned group needs at least 2 survivors to have reward variance. Raise ARRoL.keep_ratio to at least "
+                f"{2 / group:.3g} or model.rollout.num_generations to at least {math.ceil(2 / self.keep_ratio)}"
+            )
+        for other in selectors:
+            if isinstance(other, RolloutAllocator) and not other.plans_whole_groups:
+                name = type(other).__name__
+                raise ValueError(
+                    f"ARRoL and {name} do not compose: ARRoL prunes each round's group of G rollouts to K·G at "
+                    f"detect_tokens, but {name} allocates a share of a group per round from the rewards so far, so "
+                    f"pruning would undo its allocation. Remove one of them from trainer.callbacks (ARRoL composes "
+                    f"with the fixed-G default and DynamicSampling, pre-rollout selectors and PODS)"
+                )
+        from lit_rlvr.sharding import in_lockstep
+
+        if in_lockstep(pl_module.policy):
+            raise ValueError(
+                "ARRoL does not run under FSDP2 sharding yet: its partial/continuation rounds and the head's "
+                "hidden-state forward are not kept in step across ranks (a sharded forward is a collective). "
+                "Train ARRoL with trainer.strategy=ddp, or remove ARRoL from trainer.callbacks"
+            )
+        self._trainer, self._policy = trainer, pl_module.policy
+        pad = pl_module.tokenizer.pad_token_id
+        self._pad_id = int(pad if pad is not None else pl_module.tokenizer.eos_token_id)
+
+    # ------------------------------------------------------------------ during rollout
+
+    def cold(self, step: int) -> bool:
+        """Random survivors this step (the cold start, or the random control)."""
+        return self.survivors == "random" or step < self.cold_start_steps
+
+    def predictions(self, partial: PartialRollouts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[n, H] states, [n] raw head scores and [n] p̂: calibrated scores, or the true outcome where finished."""
+        features = partial.hidden
+        if features is None:
+            if self._policy is None:
+                raise RuntimeError("ARRoL has no policy to compute hidden states with: it is set up at fit start")
+            from lit_rlvr.rollout.hidden import last_hidden_states
+
+            contexts = [p + c.token_ids for p, c in zip(partial.prompt_token_ids, partial.completions)]
+            features = last_hidden_states(self._policy, contexts, self._pad_id, self.forward_batch_size)
+        raw = self.head.predict(features)  # [n]
+        p_hat = self.calibrator(raw)  # [n]
+        done = partial.finished
+        p_hat[done] = (partial.rewards[done] >= self.success_threshold).double()
+        return features, raw, p_hat
+
+    def prune(self, partial: PartialRollouts) -> torch.Tensor:
+        features, raw, p_hat = self.predictions(partial)
+        self._features, self._raw = features, raw
+        keep = torch.zeros(len(partial), dtype=torch.bool)
+        cold = self.cold(partial.step)
+        for p in torch.unique(partial.prompt_index).tolist():
+            rows = torch.nonzero(partial.prompt_index == p).flatten()
+            k = keep_count(len(rows), self.keep_ratio)
+            gen = seeded_generator(partial.seed, partial.step, int(partial.pool.ids[p]), f"arrol|{partial.round}")
+            if cold:
+                chosen = torch.randperm(len(rows), generator=gen)[:k]
+            else:
+                chosen = choose_survivors(p_hat[rows], k, self.target_positive, gen, self.max_enumerate)
+            keep[rows[chosen]] = True
+        return keep
+
+    def record_outcomes(self, partial: PartialRollouts, keep: torch.Tensor, rewards: torch.Tensor) -> None:
+        """Keep this round's rows with a known final reward (kept rows, and pruned rows that had stopped)."""
+        if len(partial) == 0:
+            return
+        final = torch.where(torch.isfinite(rewards), rewards, partial.rewards)  # [n]
+        known = torch.isfinite(final)
+        outcome = (final >= self.success_threshold).float()
+        rows = torch.cat(
+            [outcome[:, None], self._raw.float()[:, None], keep.float()[:, None], self._features.float()], dim=1
+        )[known]  # [m, 3 + H]
+        self._rows.append(rows)
+        pruned_partial = int((~keep & ~partial.finished).sum())
+        self._step_counts["pruned_partial"] += pruned_partial
+        self._step_counts["pruned"] += int((~keep).sum())
+
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+        """Gather every rank's rows, measure the head on them (before it sees them), then train and calibrate."""
+        step = int(getattr(pl_module, "steps_done", 0))
+        dim = 3 + (self._rows[0].shape[1] - 3 if self._rows else self._feature_dim())
+        local = torch.cat(self._rows) if self._rows else torch.zeros(0, dim)
+        rows = gather_rows(trainer, local)  # [M, 3 + H], identical on every rank
+        outcome, raw, kept, features = rows[:, 0], rows[:, 1].double(), rows[:, 2] > 0.5, rows[:, 3:]
+        metrics = {
+            "head_auc": auc(raw, outcome) if self.head.ready else float("nan"),
+            "head_brier": brier(self.calibrator(raw), outcome) if self.head.ready else float("nan"),
+            "kept_positive_fraction": float(outcome[kept].mean()) if bool(kept.any()) else float("nan"),
+            "cold_start": float(self.cold(step)),
+        }
+        if len(rows):
+            if self.head.ready:
+                self.calibrator.update(raw, outcome)
+            metrics["head_loss"] = self.head.update(features, outcome)
+        # tokens saved (estimate): pruned partial rollouts x mean tokens a continued survivor added after detect.
+        extra = [len(c.token_ids) - self.detect_tokens for c in batch.completions if len(c.token_ids) > self.detect_tokens]
+        cont_mean = sum(extra) / len(extra) if extra else 0.0
+        saved = self._step_counts["pruned_partial"] * cont_mean
+        self.totals["pruned"] += self._step_counts["pruned"]
+        self.totals["kept"] += len(batch)
+        self.totals["tokens_saved"] += saved
+        self.totals["steps"] += 1
+        metrics.update({"tokens_saved": saved, "rollouts_pruned": float(self._step_counts["pruned"]), "head_updates": float(self.head.updates)})
+        self._metrics = metrics
+        self._rows = []
+        self._step_counts = {k: 0 for k in self._step_counts}
+
+    def _feature_dim(self) -> int:
+        if self.head.net is not None:
+            return int(self.head.net[1].in_features)
+        config = getattr(self._policy, "config", None)
+        return int(getattr(config, "hidden_size", 0) or 0)

@@ -1,0 +1,159 @@
+"""Stage 2b, "during": one generation round with a rollout pruner (DESIGN.md; ARRoL).
+
+The round generates every planned rollout up to ``pruner.detect_tokens`` tokens in one batched
+engine call, scores the rollouts that already stopped (they are complete), hands all of them to
+``pruner.prune``, continues only the kept partial rollouts to ``max_new_tokens`` in a second
+batched call (the engine continues after prompt + partial), scores those, and returns the kept
+rows in generation order. Pruned rows are dropped from the batch but counted: their number and
+the tokens they spent.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from lit_rlvr.callbacks.base import PartialRollouts, RolloutPruner
+from lit_rlvr.rewards.base import RewardResult, RewardScorer
+from lit_rlvr.rollout.base import GenerationRequest, RolloutEngine, SamplingConfig
+from lit_rlvr.types import Completion, PromptPool
+
+
+@dataclass
+class PrunedRound:
+    """The kept rollouts of one pruned round and what the round cost."""
+
+    prompt_index: list[int]
+    """[k] pool index of each kept rollout."""
+    completions: list[Completion]
+    """[k] kept rollouts, full length."""
+    result: RewardResult
+    """Scores of the kept rollouts ([k] rows)."""
+    pruned: int = 0
+    """Rollouts generated to detect_tokens (or stopped before) and then dropped."""
+    pruned_tokens: int = 0
+    """Tokens those pruned rollouts had generated (counted in tokens/generated)."""
+    continued: int = 0
+    """Partial rollouts the engine continued."""
+    generate_seconds: float = 0.0
+    reward_seconds: float = 0.0
+    prune_seconds: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def _score_rows(scorer: RewardScorer, pool: PromptPool, prompt_index: list[int], completions: list[Completion], rows: list[int]) -> RewardResult:
+    return scorer.score(
+        [completions[r].text for r in rows],
+        [pool.answers[prompt_index[r]] for r in rows],
+        [pool.metadata[prompt_index[r]] for r in rows],
+    )
+
+
+def _join(partial: Completion, rest: Completion, tokenizer: Any) -> Completion:
+    """A partial rollout and its continuation as one completion (the continuation's finish reason)."""
+    token_ids = list(partial.token_ids) + list(rest.token_ids)
+    return Completion(
+        token_ids=token_ids,
+        logprobs=list(partial.logprobs) + list(rest.logprobs),
+        finish_reason=rest.finish_reason,
+        text=tokenizer.decode(token_ids, skip_special_tokens=True),
+    )
+
+
+def run_pruned_round(
+    engine: RolloutEngine,
+    tokenizer: Any,
+    scorer: RewardScorer,
+    pruner: RolloutPruner,
+    pool: PromptPool,
+    requests: Sequence[GenerationRequest],
+    chosen: Sequence[int],
+    sampling: SamplingConfig,
+    step: int,
+    seed: int,
+    round_: int,
+    group_size: int,
+) -> PrunedRound:
+    """One round: generate to ``detect_tokens``, prune, continue the survivors, score; ``chosen[i]`` is
+    the pool index of ``requests[i]``; ``sampling`` is the round's (its seed, max_new_tokens)."""
+    detect = pruner.detect_tokens
+    t0 = time.perf_counter()
+    first = engine.generate(
+        requests,
+        SamplingConfig(
+            sampling.temperature, sampling.top_p, detect, seed=sampling.seed, return_hidden_states=pruner.wants_hidden_states
+        ),
+    )
+    generate_s = time.perf_counter() - t0
+    prompt_index = [p for p, outs in zip(chosen, first) for _ in outs]
+    prompt_tokens = [list(req.prompt_token_ids) for req, outs in zip(requests, first) for _ in outs]
+    partials = [c for outs in first for c in outs]
+    n = len(partials)
+    finished = torch.tensor([c.finish_reason == "stop" for c in partials], dtype=torch.bool)  # [n]
+
+    # Rollouts that stopped before detect_tokens are complete: score them now, the rule sees their true reward.
+    t0 = time.perf_counter()
+    done_rows = torch.nonzero(finished).flatten().tolist()
+    done_scores = _score_rows(scorer, pool, prompt_index, partials, done_rows)
+    reward_s = time.perf_counter() - t0
+    rewards = torch.full((n,), float("nan"))
+    if done_rows:
+        rewards[done_rows] = done_scores.total.float()
+
+    hidden = None
+    if pruner.wants_hidden_states and n and all(c.hidden_state is not None for c in partials):
+        hidden = torch.stack([c.hidden_state for c in partials]).float()  # [n, H]
+    view = PartialRollouts(pool, torch.tensor(prompt_index, dtype=torch.long), prompt_tokens, partials, finished, rewards, hidden, step, seed, round_, group_size)
+    t0 = time.perf_counter()
+    keep = pruner.prune(view).to(torch.bool) if n else torch.zeros(0, dtype=torch.bool)  # [n]
+    prune_s = time.perf_counter() - t0
+
+    # Continue the kept partial rollouts (one batched call; the engine continues after prompt + partial).
+    cont_rows = torch.nonzero(keep & ~finished).flatten().tolist()
+    cont_seed = None if sampling.seed is None else (sampling.seed * 31 + 17) % (2**31 - 1)
+    cont_sampling = SamplingConfig(sampling.temperature, sampling.top_p, sampling.max_new_tokens - detect, seed=cont_seed)
+    t0 = time.perf_counter()
+    rest = engine.generate(
+        [GenerationRequest(prompt_tokens[r], 1, partial_token_ids=partials[r].token_ids) for r in cont_rows], cont_sampling
+    ) if cont_rows else []
+    generate_s += time.perf_counter() - t0
+    full = list(partials)
+    for r, outs in zip(cont_rows, rest):
+        full[r] = _join(partials[r], outs[0], tokenizer)
+    t0 = time.perf_counter()
+    cont_scores = _score_rows(scorer, pool, prompt_index, full, cont_rows)
+    reward_s += time.perf_counter() - t0
+
+    # Final rewards per row (NaN where pruned), and the kept rows' scores in generation order.
+    final = torch.full((n,), float("nan"))
+    components: dict[str, torch.Tensor] = {name: torch.zeros(n) for name in scorer.names}
+    for rows, scores in ((done_rows, done_scores), (cont_rows, cont_scores)):
+        if rows:
+            final[rows] = scores.total.float()
+            for name, values in scores.components.items():
+                components[name][rows] = values.float()
+    final[~keep] = float("nan")
+    pruner.record_outcomes(view, keep, final)
+
+    kept = torch.nonzero(keep).flatten().tolist()
+    result = RewardResult(
+        total=final[kept].float() if kept else torch.zeros(0),
+        components={name: v[kept] for name, v in components.items()},
+        errors=done_scores.errors + cont_scores.errors,
+        timeouts=done_scores.timeouts + cont_scores.timeouts,
+    )
+    pruned_rows = torch.nonzero(~keep).flatten().tolist()
+    return PrunedRound(
+        prompt_index=[prompt_index[r] for r in kept],
+        completions=[full[r] for r in kept],
+        result=result,
+        pruned=len(pruned_rows),
+        pruned_tokens=sum(len(partials[r].token_ids) for r in pruned_rows),
+        continued=len(cont_rows),
+        generate_seconds=generate_s,
+        reward_seconds=reward_s,
+        prune_seconds=prune_s,
+    )
