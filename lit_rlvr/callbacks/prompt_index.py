@@ -27,10 +27,8 @@ steps later), and an entry keeps a neighbour whose refreshed vector moved away.
 
 FAISS 1.15's flat search sends fewer than ``distance_compute_blas_threshold`` (default
 128000) queries down a per-query scan of the whole index (memory-bound: 10 s for 160
-queries at 100k × 576 on the benchmark machine); flat searches here lower it to 20, the
-BLAS path (2.6 s there), for their duration. HNSW adds one vector per call: a batched
-``add`` of n ≥ 2 costs time linear in the index size on top of the graph searches
-(docs/selection_overhead.md).
+queries at 100k × 576 on the benchmark machine); flat searches here (and IVF's coarse
+quantizer) lower it to 1, the BLAS path (2.6 s there), for their duration.
 
 Cosine weights are recomputed in float64 numpy from the stored vectors for the
 neighbours FAISS returns: the weights are then independent of FAISS's blocking and row
@@ -49,6 +47,9 @@ import torch
 from lit_rlvr.callbacks.state import PromptTable
 
 __all__ = ["PromptIndex", "import_faiss"]
+
+_COLUMNS = {"row": (np.int64, -1), "embedded_step": (np.int64, -1), "nbr_step": (np.int64, -1), "version": (np.int64, -1)}
+"""Per prompt id: FAISS row, step embedded, step its cached neighbours were searched, upsert count when embedded."""
 
 _FIX = "install it with `pip install faiss-cpu` (a lit-rlvr dependency; `faiss-gpu` works too)"
 
@@ -75,9 +76,9 @@ def _one_faiss_thread(faiss: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _blas_flat_search(faiss: Any) -> Iterator[None]:
-    """Flat search by BLAS from 20 queries on (FAISS 1.15 defaults to a per-query scan below 128000)."""
+    """Flat search by BLAS for any number of queries (FAISS 1.15 defaults to a per-query scan below 128000)."""
     before = faiss.cvar.distance_compute_blas_threshold
-    faiss.cvar.distance_compute_blas_threshold = 20
+    faiss.cvar.distance_compute_blas_threshold = 1
     try:
         yield
     finally:
@@ -133,7 +134,7 @@ class PromptIndex:
         self.hnsw_m, self.hnsw_ef_search, self.hnsw_ef_construction = int(hnsw_m), int(hnsw_ef_search), int(hnsw_ef_construction)
         self.ivf_nlist, self.ivf_nprobe, self.ivf_train_at, self.ivf_regrow = int(ivf_nlist), int(ivf_nprobe), int(ivf_train_at), float(ivf_regrow)
         self.dim: Optional[int] = None
-        self.table = PromptTable({"row": (np.int64, -1), "embedded_step": (np.int64, -1), "nbr_step": (np.int64, -1)})
+        self.table = PromptTable(_COLUMNS)
         self.row_ids = np.zeros(0, dtype=np.int64)
         """[R] prompt id of each FAISS row, −1 for a stale row."""
         self._index: Any = None
@@ -141,7 +142,10 @@ class PromptIndex:
         """The trained IndexIVFFlat over the flat index's rows (kind "ivf"), or None."""
         self._ivf_trained_at = 0
         self._nbr: Optional[PromptTable] = None
-        """Neighbour cache: column "nbr" [ids, k] of neighbour prompt ids (−1 pads), valid where ``nbr_step`` >= 0."""
+        """Neighbour cache by prompt id: "nbr" [k] ids (−1 pads), "cos" [k], "at" (``upserts`` when computed);
+        valid where ``nbr_step`` >= 0."""
+        self.upserts = 0
+        """``upsert`` calls so far: orders embeddings against cache entries."""
         self.searched = 0
         """Prompts queried against the index so far (cache misses included, hits not)."""
 
@@ -188,19 +192,30 @@ class PromptIndex:
     def cached_search(self, ids: Any, k: int, step: int, max_age: int) -> tuple[np.ndarray, np.ndarray]:
         """``search`` through the neighbour cache: a prompt's neighbour ids are reused from the last
         search of it while it has not been re-embedded since and that search is < ``max_age`` steps
-        old; cosines are recomputed from the current vectors. Same return as ``search``."""
+        old; cosines are cached too and recomputed where a neighbour was re-embedded since, so they
+        are always those of the current vectors. Same return as ``search``."""
         ids = np.asarray(ids, dtype=np.int64)
         if self._nbr is None or self._nbr["nbr"].shape[1:] != (k,):
-            self._nbr = PromptTable({"nbr": (np.int64, -1)}, trailing={"nbr": (k,)})
-            self.table.set("nbr_step", np.arange(len(self.table)), -1)
+            self._new_cache(k)
         when = self.table.get("nbr_step", ids)
         miss = (when < 0) | (step - when >= max_age)
         if miss.any():
-            fresh, _ = self.search(ids[miss], k)
+            fresh, cos = self.search(ids[miss], k)
             self._nbr.set("nbr", ids[miss], fresh)
+            self._nbr.set("cos", ids[miss], cos)
+            self._nbr.set("at", ids[miss], self.upserts)
             self.table.set("nbr_step", ids[miss], step)
-        out_ids = self._nbr.get("nbr", ids).copy()
-        return out_ids, self.cosines(ids, out_ids)
+        out_ids, out_cos = self._nbr.get("nbr", ids).copy(), self._nbr.get("cos", ids).copy()
+        moved = ((out_ids >= 0) & (self.table.get("version", np.maximum(out_ids, 0)) > self._nbr.get("at", ids)[:, None])).any(axis=1)
+        if moved.any():  # a neighbour was re-embedded after the entry: its cosines are recomputed
+            out_cos[moved] = self.cosines(ids[moved], out_ids[moved])
+            self._nbr.set("cos", ids[moved], out_cos[moved])
+            self._nbr.set("at", ids[moved], self.upserts)
+        return out_ids, out_cos
+
+    def _new_cache(self, k: int) -> None:
+        self._nbr = PromptTable({"nbr": (np.int64, -1), "cos": (np.float64, 0.0), "at": (np.int64, -1)}, trailing={"nbr": (k,), "cos": (k,)})
+        self.table.set("nbr_step", np.arange(len(self.table)), -1)
 
     def cosines(self, ids: np.ndarray, nbr: np.ndarray, query: Optional[np.ndarray] = None) -> np.ndarray:
         """[Q, k] float64 cosine of each prompt in ``ids`` to its neighbours ``nbr`` [Q, k] (0 where −1)."""
@@ -216,7 +231,8 @@ class PromptIndex:
         """[Q, kk] rows of the largest inner products with ``query`` [Q, D] (−1 pads), stale rows excluded."""
         if self._ivf is not None:
             params = self.faiss.SearchParametersIVF(nprobe=min(self.ivf_nprobe, self._ivf.nlist))
-            return self._ivf.search(query, kk, params=params)[1]
+            with _blas_flat_search(self.faiss):  # the coarse quantizer is a flat search too
+                return self._ivf.search(query, kk, params=params)[1]
         if self.search_backend == "torch":
             return self._torch_nearest_rows(query, kk)
         params, keepalive = self._search_params(self.row_ids >= 0)
@@ -252,6 +268,8 @@ class PromptIndex:
         old = self.table.get("row", ids)
         self.table.set("embedded_step", ids, step)
         self.table.set("nbr_step", ids, -1)  # its cached neighbours were of its old vector
+        self.upserts += 1
+        self.table.set("version", ids, self.upserts)
         if self.kind != "hnsw":  # a flat index is a plain [R, D] array: refresh rows in place
             again = old >= 0
             self._flat_rows()[old[again]] = vectors[again]
@@ -299,11 +317,7 @@ class PromptIndex:
             return
         if self.kind == "hnsw":
             with _one_faiss_thread(self.faiss):
-                if len(vectors) <= 64:  # one per call: a batched add costs O(index size) on top
-                    for row in vectors:
-                        self._index.add(row[None])
-                else:
-                    self._index.add(vectors)
+                self._index.add(vectors)
         else:
             self._index.add(vectors)
 
@@ -370,17 +384,20 @@ class PromptIndex:
         if self._nbr is not None:
             cached = np.flatnonzero(self.table["nbr_step"] >= 0)
             state["nbr_ids"] = torch.from_numpy(cached)
-            state["nbr"] = torch.from_numpy(self._nbr.get("nbr", cached).copy())
+            state.update({f"nbr_{c}": torch.from_numpy(self._nbr.get(c, cached).copy()) for c in ("nbr", "cos", "at")})
             state["nbr_step"] = torch.from_numpy(self.table["nbr_step"][cached].copy())
+            state["version"] = torch.from_numpy(self.table["version"].copy())
+            state["upserts"] = torch.tensor(self.upserts)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ids = np.asarray(torch.as_tensor(state.get("ids", torch.zeros(0, dtype=torch.long))).numpy(), dtype=np.int64)
         vectors = np.asarray(torch.as_tensor(state.get("vectors", torch.zeros(0, 0))).numpy(), dtype=np.float32)
-        self.table = PromptTable({"row": (np.int64, -1), "embedded_step": (np.int64, -1), "nbr_step": (np.int64, -1)})
+        self.table = PromptTable(_COLUMNS)
         if "embedded_step" in state:
             steps = torch.as_tensor(state["embedded_step"]).numpy()
-            self.table.load_state_dict({"embedded_step": steps, "row": np.full(len(steps), -1), "nbr_step": np.full(len(steps), -1)})
+            self.table.load_state_dict({"embedded_step": steps, "row": np.full(len(steps), -1), "nbr_step": np.full(len(steps), -1),
+                                        "version": np.full(len(steps), -1)})
         self.dim = int(vectors.shape[1]) if len(ids) else None
         self._index = self._new_index() if self.dim else None
         self.row_ids = np.zeros(0, dtype=np.int64)
@@ -390,9 +407,12 @@ class PromptIndex:
         if "ivf_centroids" in state and self.kind == "ivf" and len(ids):
             self._train_ivf(torch.as_tensor(state["ivf_centroids"]).numpy())
             self._ivf_trained_at = int(state["ivf_trained_at"])
-        if "nbr" in state:
-            nbr = torch.as_tensor(state["nbr"]).numpy()
-            self._nbr = PromptTable({"nbr": (np.int64, -1)}, trailing={"nbr": nbr.shape[1:]})
+        self.upserts = int(state.get("upserts", 0))
+        if "nbr_nbr" in state:
+            self._new_cache(int(state["nbr_nbr"].shape[1]))
+            version = torch.as_tensor(state["version"]).numpy()
+            self.table.set("version", np.arange(len(version)), version)
             cached = torch.as_tensor(state["nbr_ids"]).numpy()
-            self._nbr.set("nbr", cached, nbr)
+            for c in ("nbr", "cos", "at"):
+                self._nbr.set(c, cached, torch.as_tensor(state[f"nbr_{c}"]).numpy())
             self.table.set("nbr_step", cached, torch.as_tensor(state["nbr_step"]).numpy())

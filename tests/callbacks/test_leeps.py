@@ -380,7 +380,10 @@ def test_neighbour_cache_staleness_is_bounded_by_max_age():
     index.upsert([1], np.array([[1, 0.01]], dtype=np.float32), step=4)  # 1 moved next to 0
     nbr, cos = index.cached_search([0, 1], 1, step=4, max_age=3)
     assert nbr.tolist() == [[3], [0]]  # 0's entry is kept (stale), 1 was re-embedded: searched again
-    assert cos[0, 0] == pytest.approx(1 / np.sqrt(1.01))  # cosines are of the current vectors
+    assert cos[0, 0] == pytest.approx(1 / np.sqrt(1.01))
+    index.upsert([3], np.array([[0, 1]], dtype=np.float32), step=5)  # a cached neighbour moves
+    nbr, cos = index.cached_search([0], 1, step=5, max_age=3)
+    assert nbr.tolist() == [[3]] and cos[0, 0] == 0.0  # kept, with the cosine of its current vector
 
 
 # --------------------------------------------------------------------------- encoders
