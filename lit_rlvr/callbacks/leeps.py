@@ -24,8 +24,14 @@ Pre-rollout selection of B prompts from the step's candidate pool (``data.pool_m
   final prompt token, for candidates never embedded or embedded ≥ R steps ago, in batched
   no-grad forwards; or the offline MiniLM (``encoder: minilm``, embedded once).
 * **Index** (``callbacks/prompt_index.py``): FAISS ``IndexFlatIP`` over L2-normalised
-  vectors (exact cosine), ``index: hnsw`` for large pools, ``search_backend: torch`` to
-  search the flat index by an exact torch matmul; updated incrementally.
+  vectors (exact cosine), ``index: ivf`` or ``hnsw`` (approximate) for large pools,
+  ``search_backend: torch`` to search exactly by a torch matmul; updated incrementally.
+* **Neighbour cache** (``neighbour_cache: true``, off by default): a prompt's k neighbour ids
+  are reused from its last search until it is re-embedded or R steps old, so a step searches
+  only the explore candidates (re-)embedded since; q still uses the neighbours' current last
+  group and current cosines. Stale: a prompt embedded after an entry was computed is not a
+  neighbour in it until it is recomputed (≤ R steps). Off by default: the paper's "k nearest
+  neighbours" are those of the index as it is at the step.
 
 Choices the paper leaves open, each a constructor argument (METHODS.md, "unconfirmed"):
 k = 16, R = 50, window = 10 steps, floor = 0.1·B (rounded up), the layer (−1), the
@@ -129,10 +135,14 @@ class LEEPS(PromptSelector):
         encoder_path: model directory for "minilm" (default: the packaged one).
         layer: hidden-state layer of the policy encoder (−1: last).
         embed_batch_size: prompts per embedding forward (64).
-        index: "flat" (exact IndexFlatIP) or "hnsw" (approximate).
+        index: "flat" (exact IndexFlatIP), "ivf" (IndexIVFFlat) or "hnsw" (approximate).
         hnsw_m: HNSW graph degree (32).
         hnsw_ef_search: HNSW search breadth (64).
-        search_backend: "faiss" (default) or "torch": who searches the flat index (both exact).
+        ivf_nlist: IVF lists (0: round(√N) when trained, at ``ivf_train_at`` prompts; retrained at 4× growth).
+        ivf_nprobe: lists an IVF search visits (8; nprobe = nlist is exact).
+        ivf_train_at: prompts embedded before the IVF is trained (4096; exact search before).
+        search_backend: "faiss" (default) or "torch": who runs exact flat searches (both exact).
+        neighbour_cache: reuse a prompt's neighbour ids until it is re-embedded or R steps old (False).
         reembed_on_mismatch: on resume with embeddings of another dimension (another model or
             encoder), drop them and re-embed instead of failing.
     """
@@ -155,7 +165,11 @@ class LEEPS(PromptSelector):
         index: str = "flat",
         hnsw_m: int = 32,
         hnsw_ef_search: int = 64,
+        ivf_nlist: int = 0,
+        ivf_nprobe: int = 8,
+        ivf_train_at: int = 4096,
         search_backend: str = "faiss",
+        neighbour_cache: bool = False,
         reembed_on_mismatch: bool = False,
     ) -> None:
         super().__init__()
@@ -168,9 +182,11 @@ class LEEPS(PromptSelector):
             (neighbour_strength >= 0, f"LEEPS.neighbour_strength (κ) must be >= 0, got {neighbour_strength!r}"),
             (prior_alpha > 0 and prior_beta > 0, f"LEEPS.prior_alpha and prior_beta must be > 0, got {prior_alpha!r}, {prior_beta!r}"),
             (encoder in ("policy", "minilm"), f"LEEPS.encoder must be 'policy' or 'minilm', got {encoder!r}"),
-            (index in ("flat", "hnsw"), f"LEEPS.index must be 'flat' (exact) or 'hnsw' (approximate), got {index!r}"),
-            (search_backend == "faiss" or (search_backend == "torch" and index == "flat"),
-             f"LEEPS.search_backend must be 'faiss', or 'torch' with index: flat; got {search_backend!r} with index: {index}"),
+            (index in ("flat", "hnsw", "ivf"), f"LEEPS.index must be 'flat' (exact), 'hnsw' or 'ivf' (approximate), got {index!r}"),
+            (search_backend == "faiss" or (search_backend == "torch" and index != "hnsw"),
+             f"LEEPS.search_backend must be 'faiss', or 'torch' with index: flat or ivf; got {search_backend!r} with index: {index}"),
+            (ivf_nlist >= 0 and ivf_nprobe >= 1 and ivf_train_at >= 1,
+             f"LEEPS.ivf_nlist must be >= 0, ivf_nprobe and ivf_train_at >= 1; got {ivf_nlist!r}, {ivf_nprobe!r}, {ivf_train_at!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -183,7 +199,9 @@ class LEEPS(PromptSelector):
         self.encoder_name, self.encoder_path, self.layer = encoder, encoder_path, int(layer)
         self.embed_batch_size = int(embed_batch_size)
         self.index_kind, self.hnsw_m, self.hnsw_ef_search = index, int(hnsw_m), int(hnsw_ef_search)
+        self.ivf_nlist, self.ivf_nprobe, self.ivf_train_at = int(ivf_nlist), int(ivf_nprobe), int(ivf_train_at)
         self.search_backend = search_backend
+        self.neighbour_cache = bool(neighbour_cache)
         self.reembed_on_mismatch = bool(reembed_on_mismatch)
         self.encoder: Optional[PromptEncoder] = None
         """Built at setup; tests may set their own (anything with ``refreshes``, ``dim``, ``encode``)."""
@@ -233,7 +251,8 @@ class LEEPS(PromptSelector):
             self.index = self._new_index()
 
     def _new_index(self) -> PromptIndex:
-        return PromptIndex(self.index_kind, self.hnsw_m, self.hnsw_ef_search, search_backend=self.search_backend)
+        return PromptIndex(self.index_kind, self.hnsw_m, self.hnsw_ef_search, search_backend=self.search_backend,
+                           ivf_nlist=self.ivf_nlist, ivf_nprobe=self.ivf_nprobe, ivf_train_at=self.ivf_train_at)
 
     def _ensure_index(self) -> PromptIndex:
         if self.index is None:
@@ -276,10 +295,15 @@ class LEEPS(PromptSelector):
         r = [hits[p] / groups[p] if groups[p] > 0 else self.initial_ratio for p in (EXPLOIT, EXPLORE)]
         return float(r[0]), float(r[1])
 
-    def predict(self, ids: Any) -> dict[str, np.ndarray]:
-        """Explore estimates for embedded prompt ids [Q]: p̂, own posterior mean, q, neighbours with history."""
+    def predict(self, ids: Any, step: Optional[int] = None) -> dict[str, np.ndarray]:
+        """Explore estimates for embedded prompt ids [Q]: p̂, own posterior mean, q, neighbours with history.
+        With ``neighbour_cache`` and a ``step``, neighbour ids come through the cache."""
         ids = np.asarray(ids, dtype=np.int64)
-        nbr, cos = self._ensure_index().search(ids, self.k)  # [Q, k]
+        index = self._ensure_index()
+        if self.neighbour_cache and step is not None:
+            nbr, cos = index.cached_search(ids, self.k, step, self.refresh_every)  # [Q, k]
+        else:
+            nbr, cos = index.search(ids, self.k)
         has_nbr = nbr >= 0
         seen = np.zeros_like(has_nbr)
         seen[has_nbr] = self.table.get("last_step", nbr[has_nbr]) >= 0
@@ -323,9 +347,10 @@ class LEEPS(PromptSelector):
         ids = pool.ids.numpy()[eligible]  # [E]
         exploit = self.table.get("last_nontrivial", ids)  # [E] bool
         ex_idx, xp_idx = np.flatnonzero(exploit), np.flatnonzero(~exploit)
-        t_query = time.perf_counter()
-        est = self.predict(ids[xp_idx])  # [X] each
+        t_query, searched = time.perf_counter(), self._ensure_index().searched
+        est = self.predict(ids[xp_idx], step)  # [X] each
         query_s = time.perf_counter() - t_query
+        searched = self.index.searched - searched
         ratios = self.nontrivial_ratios()
         n_exploit, n_explore = split_slots(pool.batch_size, ratios, (len(ex_idx), len(xp_idx)), self.floor)
         ex_pick = ex_idx[np.argsort(-self.table.get("last_var", ids[ex_idx]), kind="stable")[:n_exploit]]
@@ -354,6 +379,7 @@ class LEEPS(PromptSelector):
                 "p_hat_selected_mean": float(p_hat[xp_order].mean()) if len(xp_order) else float("nan"),
                 "index_size": float(len(self.index)),
                 "query_s": query_s,
+                "searched": float(searched),
                 "select_s": time.perf_counter() - t0,
             }
         )

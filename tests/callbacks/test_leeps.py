@@ -254,10 +254,11 @@ def _drive(sel, steps):
     return kept
 
 
-@pytest.mark.parametrize("index, backend", [("flat", "faiss"), ("flat", "torch"), ("hnsw", "faiss")])
-def test_state_dict_roundtrip_gives_the_same_selections(index, backend):
+@pytest.mark.parametrize("index, backend, cache", [("flat", "faiss", False), ("flat", "torch", False), ("hnsw", "faiss", False),
+                                                   ("ivf", "faiss", False), ("flat", "faiss", True), ("ivf", "torch", True)])
+def test_state_dict_roundtrip_gives_the_same_selections(index, backend, cache):
     vectors = np.random.default_rng(2).normal(size=(60, 8))
-    settings = dict(k=4, refresh_every=2, index=index, search_backend=backend)
+    settings = dict(k=4, refresh_every=2, index=index, search_backend=backend, neighbour_cache=cache, ivf_train_at=20, ivf_nprobe=2)
     straight = leeps_with(vectors, **settings)
     kept_straight = _drive(straight, range(6))
     first = leeps_with(vectors, **settings)
@@ -310,7 +311,7 @@ def test_bad_settings_name_the_flag():
     with pytest.raises(ValueError, match="LEEPS.floor"):
         LEEPS(floor=0.7)
     with pytest.raises(ValueError, match="LEEPS.index"):
-        LEEPS(index="ivf")
+        LEEPS(index="annoy")
     with pytest.raises(ValueError, match="LEEPS.encoder"):
         LEEPS(encoder="bert")
     with pytest.raises(ValueError, match="LEEPS.search_backend"):
@@ -327,6 +328,62 @@ def test_hnsw_matches_flat_on_a_small_index():
     b, _ = hnsw.search(np.arange(50), 8)
     recall = np.mean([len(set(x) & set(y)) / 8 for x, y in zip(a.tolist(), b.tolist())])
     assert recall > 0.9
+
+
+def test_ivf_with_every_list_probed_equals_flat_and_follows_refreshes():
+    rng = np.random.default_rng(4)
+    vectors = rng.normal(size=(600, 16)).astype(np.float32)
+    flat, ivf = PromptIndex("flat"), PromptIndex("ivf", ivf_nlist=12, ivf_nprobe=12, ivf_train_at=400)
+    for ix in (flat, ivf):
+        ix.upsert(np.arange(300), vectors[:300], step=0)  # below ivf_train_at: exact search
+    assert ivf._ivf is None
+    again = rng.normal(size=(200, 16))
+    for ix in (flat, ivf):
+        ix.upsert(np.arange(300, 600), vectors[300:], step=1)  # trains (nlist 12)
+        ix.upsert(np.arange(0, 600, 3), again, step=2)  # refresh: remove_ids + add_with_ids
+    assert ivf._ivf is not None and ivf._ivf.nlist == 12 and ivf._ivf.ntotal == 600
+    queries = np.arange(0, 600, 7)
+    a_ids, a_cos = flat.search(queries, 10)
+    b_ids, b_cos = ivf.search(queries, 10)
+    assert np.array_equal(a_ids, b_ids) and np.array_equal(a_cos, b_cos)
+    few = PromptIndex("ivf", ivf_nlist=12, ivf_nprobe=1, ivf_train_at=400)  # one list: approximate, still sane
+    few.upsert(np.arange(600), vectors, step=0)
+    c_ids, _ = few.search(queries, 10)
+    recall = np.mean([len(set(x) & set(y)) / 10 for x, y in zip(a_ids.tolist(), c_ids.tolist())])
+    assert 0.1 < recall <= 1.0
+
+
+def test_neighbour_cache_selects_as_per_step_queries_while_nothing_is_re_embedded():
+    vectors = np.random.default_rng(5).normal(size=(60, 8))
+    runs = {}
+    for cache in (False, True):
+        sel = leeps_with(vectors, k=4, refresh_every=100, neighbour_cache=cache)
+        sel.index.upsert(np.arange(60), vectors, step=0)  # everything embedded up front: no re-embedding below
+        searched = []
+        kept = []
+        for step in range(6):
+            kept += _drive(sel, [step])
+            searched.append(sel.metrics()["searched"])
+        runs[cache] = kept, searched, sel.state_dict()["table"]
+    assert runs[True][0] == runs[False][0]
+    _assert_same(runs[True][2], runs[False][2])
+    assert sum(runs[True][1]) < sum(runs[False][1])  # each prompt searched once, then reused
+
+
+def test_neighbour_cache_staleness_is_bounded_by_max_age():
+    index = PromptIndex("flat")
+    index.upsert([0, 1, 2], np.array([[1, 0], [0.6, 0.8], [0, 1]], dtype=np.float32), step=0)
+    assert index.cached_search([0], 1, step=0, max_age=3)[0].tolist() == [[1]]
+    index.upsert([3], np.array([[1, 0.1]], dtype=np.float32), step=1)  # nearer to 0 than 1 is
+    assert index.cached_search([0], 1, step=2, max_age=3)[0].tolist() == [[1]]  # stale: 3 not seen yet
+    assert index.cached_search([0], 1, step=3, max_age=3)[0].tolist() == [[3]]  # recomputed at max_age
+    index.upsert([1], np.array([[1, 0.01]], dtype=np.float32), step=4)  # 1 moved next to 0
+    nbr, cos = index.cached_search([0, 1], 1, step=4, max_age=3)
+    assert nbr.tolist() == [[3], [0]]  # 0's entry is kept (stale), 1 was re-embedded: searched again
+    assert cos[0, 0] == pytest.approx(1 / np.sqrt(1.01))
+    index.upsert([3], np.array([[0, 1]], dtype=np.float32), step=5)  # a cached neighbour moves
+    nbr, cos = index.cached_search([0], 1, step=5, max_age=3)
+    assert nbr.tolist() == [[3]] and cos[0, 0] == 0.0  # kept, with the cosine of its current vector
 
 
 # --------------------------------------------------------------------------- encoders
