@@ -1,7 +1,7 @@
 """OC-GRPO against GRPO at an equal rollout budget on a task too hard for the quick-start model (issue 16).
 
     export OMP_NUM_THREADS=1
-    python scripts/bench_oc_grpo.py run --steps 4      # OC-GRPO, OC-GRPO without the weight, then GRPO
+    python scripts/bench_oc_grpo.py run --steps 8      # OC-GRPO, OC-GRPO without the weight, then GRPO
     python scripts/bench_oc_grpo.py report             # docs/results/oc_grpo/report.md
 
 All three runs: configs/quickstart.yaml + configs/oc_grpo/measure.yaml (2-digit addition, B = 4, G = 4,
@@ -121,7 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("run")
-    p.add_argument("--steps", type=int, default=4, help="steps of each OC-GRPO run")
+    p.add_argument("--steps", type=int, default=8, help="steps of each OC-GRPO run")
     p.add_argument("--grpo-steps", type=int, default=0, help="GRPO steps (0: as many as match oc's rollouts)")
     sub.add_parser("report")
     args = parser.parse_args()
