@@ -2,27 +2,34 @@
 
 import csv
 import glob
-import time
+
+import pytest
 
 from lit_rlvr.bench.timing import Stopwatch
 from lit_rlvr.cli import main
 from tests.bench.test_recorder import TINY
 
 
-def test_stopwatch_counts_outermost_calls_once_and_excludes_data_draws():
+def test_stopwatch_counts_outermost_calls_once_and_excludes_data_draws(monkeypatch):
+    clock = [0.0]  # a fake clock: exact numbers whatever the machine's load (sleeps overshoot on a busy CPU)
+    monkeypatch.setattr("lit_rlvr.bench.timing.time.perf_counter", lambda: clock[0])
+
+    def spend(seconds):
+        clock[0] += seconds
+
     watch = Stopwatch()
-    draw = watch.exclude(lambda: time.sleep(0.05))
-    inner = watch.wrap(lambda: time.sleep(0.02))
+    draw = watch.exclude(lambda: spend(0.05))
+    inner = watch.wrap(lambda: spend(0.02))
 
     def hook():
         inner()  # nested selector hook: already inside the outer timing
         draw()  # data time, subtracted
-        time.sleep(0.03)
+        spend(0.03)
 
     watch.wrap(hook)()
-    assert 40 <= watch.selection_ms < 45 + 30  # 20 + 30 ms of selection; the 50 ms draw is excluded
+    assert watch.selection_ms == pytest.approx(50.0)  # 20 + 30 ms of selection; the 50 ms draw is excluded
     draw()  # outside any hook: not counted at all
-    assert watch.excluded < 0.06
+    assert watch.excluded == pytest.approx(0.05)
     watch.reset()
     assert watch.selection_ms == 0.0
 
