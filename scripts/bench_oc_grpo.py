@@ -2,6 +2,7 @@
 
     export OMP_NUM_THREADS=1
     python scripts/bench_oc_grpo.py run --steps 8      # OC-GRPO, OC-GRPO without the weight, then GRPO
+    python scripts/bench_oc_grpo.py --seed 1 run      # the same three runs at seed 1 (named oc_s1, ...)
     python scripts/bench_oc_grpo.py report             # docs/results/oc_grpo/report.md
 
 All three runs: configs/quickstart.yaml + configs/oc_grpo/measure.yaml (2-digit addition, B = 4, G = 4,
@@ -46,12 +47,20 @@ def _last_step(run: str) -> int:
     return max(steps) + 1 if steps else 0
 
 
+SEED = 0
+
+
+def _name(run: str) -> str:
+    return run if SEED == 0 else f"{run}_s{SEED}"
+
+
 def _fit(run: str, steps: int, extra: list[str]) -> None:
+    run = _name(run)
     if _last_step(run) >= steps and sum(bool(r.get("val/pass@1")) for r in _rows(run)) >= 2:
         print(f"{run}: done, skipped")
         return
     cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", *BASE, *extra, f"--trainer.default_root_dir={OUT / run}",
-           f"--trainer.max_steps={steps}", f"--trainer.val_check_interval={steps}"]
+           f"--trainer.max_steps={steps}", f"--trainer.val_check_interval={steps}", f"--seed_everything={SEED}"]
     print(" ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
     paths = sorted(glob.glob(str(OUT / run / "csv" / "version_*" / "metrics.csv")))
@@ -62,7 +71,7 @@ def _fit(run: str, steps: int, extra: list[str]) -> None:
 def run(args) -> None:
     _fit("oc", args.steps, OC)
     _fit("oc_noweight", args.steps, [*OC, "--trainer.callbacks.init_args.importance_weight=false"])
-    budget = _summary("oc")["rollouts_generated"]
+    budget = _summary(_name("oc"))["rollouts_generated"]
     per_step = 4 * 4
     _fit("grpo", args.grpo_steps or math.ceil(budget / per_step), [])
 
@@ -99,7 +108,8 @@ def _summary(run: str) -> dict:
 
 
 def report(args) -> None:
-    out = [_summary(r) for r in ("grpo", "oc", "oc_noweight") if _rows(r)]
+    runs = sorted({p.parent.name for p in RESULTS.glob("*/metrics.csv")} | {p.name for p in OUT.glob("*") if p.is_dir()})
+    out = [_summary(r) for r in runs if _rows(r)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "summary.json").write_text(json.dumps(out, indent=2) + "\n")
     lines = ["| run | steps | rollouts generated | groups with signal | held-out pass@1 before → after | sampled accuracy step 1 → last | guided / all-wrong groups | unsolved at 1.0 | mean fraction | IS weight mean (min) |",
@@ -124,7 +134,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8, help="steps of each OC-GRPO run")
     p.add_argument("--grpo-steps", type=int, default=0, help="GRPO steps (0: as many as match oc's rollouts)")
     sub.add_parser("report")
+    parser.add_argument("--seed", type=int, default=0, help="seed_everything; runs of seed N > 0 are named <run>_sN")
     args = parser.parse_args()
+    global SEED
+    SEED = args.seed
     {"run": run, "report": report}[args.cmd](args)
 
 
