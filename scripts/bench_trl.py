@@ -28,6 +28,13 @@ Run it with the TRL environment's Python (``bash scripts/setup_trl_env.sh`` buil
 
     OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py            # 3 rounds, 2 + 20 steps (~5 min)
     OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --rounds 1 --steps 5 --json-out out.json
+    OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --model smollm2-lora --rounds 2 --steps 5
+
+``--model smollm2-lora`` (issue 18 b) runs both sides on the quick-start's SmolLM2-135M-Instruct (the
+cached safetensors folder, loaded by path on both sides) with the same LoRA on both: r 16, alpha 32,
+dropout 0, all linear layers (lit-rlvr's ``LoraSettings``; TRL's ``peft_config=LoraConfig(...)``, the
+same arguments lit-rlvr passes to peft). The initial-weights check then covers the frozen base weights
+(LoRA's A matrices are drawn by each side's own RNG; B is zero, so both start from the same function).
 
 The results table and how it was measured are in docs/trl_comparison.md.
 """
@@ -62,16 +69,23 @@ SEED = 0
 # --------------------------------------------------------------------------- shared set-up
 
 
-def build_inputs(workdir: Path, total_steps: int) -> dict[str, Any]:
-    """Save the tiny model + tokenizer once, and the prompts of steps 0..total_steps-1 as lit-rlvr serves them."""
+LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
+
+
+def build_inputs(workdir: Path, total_steps: int, model_name: str = "tiny") -> dict[str, Any]:
+    """Save the tiny model + tokenizer once (or point at the cached SmolLM2), and the prompts of steps 0..total_steps-1 as lit-rlvr serves them."""
     import torch
 
-    from lit_rlvr.policy import PolicyConfig, load_policy, save_tokenizer
+    from lit_rlvr.policy import PolicyConfig, ensure_smollm2_cache, load_policy, save_tokenizer
 
-    model_dir = workdir / "tiny-model"
-    model, tokenizer = load_policy(PolicyConfig(name_or_path="tiny"))
-    model.save_pretrained(model_dir, safe_serialization=True)
-    save_tokenizer(tokenizer, model_dir)
+    if model_name == "smollm2-lora":
+        model_dir = ensure_smollm2_cache()
+        model, _ = load_policy(PolicyConfig(name_or_path=str(model_dir)))
+    else:
+        model_dir = workdir / "tiny-model"
+        model, tokenizer = load_policy(PolicyConfig(name_or_path="tiny"))
+        model.save_pretrained(model_dir, safe_serialization=True)
+        save_tokenizer(tokenizer, model_dir)
 
     dm = make_datamodule()
     dm.setup()
@@ -103,9 +117,15 @@ def make_datamodule():
 
 
 def weights_digest(model) -> str:
-    """sha256 over the parameters (sorted by name; tied weights once)."""
+    """sha256 over the parameters (sorted by name; tied weights once); under peft, the frozen base weights
+    under their original names (LoRA's own A/B matrices are left out)."""
     h = hashlib.sha256()
-    for name, p in sorted(model.named_parameters()):
+    named = []
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            continue
+        named.append((name.removeprefix("base_model.model.").replace(".base_layer.", "."), p))
+    for name, p in sorted(named, key=lambda x: x[0]):
         h.update(name.encode())
         h.update(p.detach().cpu().contiguous().float().numpy().tobytes())
     return h.hexdigest()
@@ -119,13 +139,13 @@ def run_lit(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from lit_rlvr.module import GRPOModule, LossSettings, OptimizerSettings, RolloutSettings
-    from lit_rlvr.policy import PolicyConfig
+    from lit_rlvr.policy import LoraSettings, PolicyConfig
     from lit_rlvr.rewards import ReasoningGymReward
 
     steps_prompts = json.loads(Path(args.prompts_file).read_text())
     total = args.warmup + args.steps
     module = GRPOModule(
-        policy=PolicyConfig(name_or_path=args.model_dir),
+        policy=PolicyConfig(name_or_path=args.model_dir, lora=LoraSettings(**LORA) if args.model == "smollm2-lora" else None),
         rollout=RolloutSettings(num_generations=G, temperature=1.0, top_p=1.0, max_new_tokens=MAX_NEW),
         loss=LossSettings(
             epsilon_low=EPS_LOW,
@@ -156,6 +176,7 @@ def run_lit(args: argparse.Namespace) -> dict[str, Any]:
             policy = pl_module.policy
             self.info = {
                 "weights_sha256": weights_digest(policy),
+                "trainable_parameters": sum(q.numel() for q in policy.parameters() if q.requires_grad),
                 "attn_implementation": policy.config._attn_implementation,
                 "dtype": str(next(policy.parameters()).dtype),
                 "torch_threads": torch.get_num_threads(),
@@ -320,12 +341,19 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
                 records[-1]["reward_mean"] = logs.get("reward")
                 records[-1]["logged_step_time"] = logs.get("step_time")
 
+    peft_config = None
+    if args.model == "smollm2-lora":
+        import peft
+
+        peft_config = peft.LoraConfig(task_type="CAUSAL_LM", r=LORA["r"], lora_alpha=LORA["alpha"],
+                                      lora_dropout=LORA["dropout"], target_modules=LORA["target_modules"])
     trainer = GRPOTrainer(
         model=args.model_dir,
         reward_funcs=reasoning_gym_last_number,
         args=config,
         train_dataset=dataset,
         callbacks=[StepTimer()],
+        peft_config=peft_config,
     )
     # Time TRL's rollout stage (generation, reward, advantages) by wrapping the instance's method: measured, not changed.
     generate_and_score = trainer._generate_and_score_completions
@@ -341,6 +369,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     model = trainer.model
     info: dict[str, Any] = {
         "weights_sha256": weights_digest(model),
+        "trainable_parameters": sum(q.numel() for q in model.parameters() if q.requires_grad),
         "attn_implementation": model.config._attn_implementation,
         "dtype": str(next(model.parameters()).dtype),
         "torch_threads": torch.get_num_threads(),
@@ -412,6 +441,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of every run")
     p.add_argument("--rounds", type=int, default=3, help="A/B pairs (each a lit-rlvr run then a TRL run)")
     p.add_argument("--json-out", type=str, default=None, help="write every per-step record and the summary here")
+    p.add_argument("--model", choices=["tiny", "smollm2-lora"], default="tiny", help="tiny random Llama, or SmolLM2-135M-Instruct + LoRA r16 on both sides")
     p.add_argument("--worker", choices=["lit", "trl"], help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--prompts-file", help=argparse.SUPPRESS)
@@ -441,8 +471,8 @@ def main() -> None:
     print(f"versions: {versions}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}", flush=True)
     total = args.warmup + args.steps
     workdir = Path(tempfile.mkdtemp(prefix="bench-trl-"))
-    shared = build_inputs(workdir, total)
-    print(f"model: tiny Llama, {shared['num_parameters']:,} parameters, weights sha256 {shared['weights_sha256'][:12]}", flush=True)
+    shared = build_inputs(workdir, total, args.model)
+    print(f"model: {args.model}, {shared['num_parameters']:,} parameters, weights sha256 {shared['weights_sha256'][:12]}", flush=True)
 
     runs: dict[str, list[dict[str, Any]]] = {"lit": [], "trl": []}
     order = ["lit", "trl"] * args.rounds
@@ -454,7 +484,7 @@ def main() -> None:
             sys.executable, os.path.abspath(__file__), "--worker", side,
             "--steps", str(args.steps), "--warmup", str(args.warmup),
             "--model-dir", shared["model_dir"], "--prompts-file", shared["prompts_file"],
-            "--result-file", str(result_file),
+            "--result-file", str(result_file), "--model", args.model,
         ]  # fmt: skip
         t0 = time.perf_counter()
         with open(log_file, "w") as log:
@@ -483,6 +513,7 @@ def main() -> None:
             abs(rec["tokens"] - rec["logged_mean_length"] * B * G) < 1e-3
             for r in runs["trl"] for rec in r["records"] if "logged_mean_length" in rec
         ),
+        "same trainable parameter count": len({r.get("trainable_parameters") for side in runs.values() for r in side}) == 1,
         "same attention implementation": len({r["attn_implementation"] for side in runs.values() for r in side}) == 1,
     }
     lit = summarize(runs["lit"], args.warmup)
