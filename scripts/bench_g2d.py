@@ -53,6 +53,11 @@ def _save_results(run: Path, dest: Path) -> None:
             shutil.copy(paths[-1], dest / stage / "metrics.csv")
 
 
+def _results(args) -> Path:
+    """docs/results/g2d for the default --out (the committed sweep); <out>/results otherwise, so another sweep never overwrites it."""
+    return RESULTS if args.out.resolve() == OUT.resolve() else args.out / "results"
+
+
 def _done(out: Path) -> bool:
     path = out / "compute.json"
     return path.is_file() and "dpo" in json.loads(path.read_text()).get("stages", {})
@@ -73,7 +78,7 @@ def g2d(args) -> None:
         if not args.dpo_before:
             extra["dpo"].append("--model.evaluation.before_training=false")
         run_pipeline(k, out, ROOT / "configs" / "g2d", dpo_from=args.dpo_from, extra=extra, stages=todo)
-        _save_results(out, RESULTS / f"k{k}")
+        _save_results(out, _results(args) / f"k{k}")
 
 
 def grpo(args) -> None:
@@ -86,7 +91,7 @@ def grpo(args) -> None:
           "--trainer.limit_val_batches=1", "--model.evaluation.before_training=true", "--model.evaluation.num_samples=4",
           "--model.evaluation.max_new_tokens=12", f"--model.rollout.num_generations={args.g}", "--model.export_dir=null",
           "--trainer.logger.flush_logs_every_n_steps=1"])
-    _save_results(run, RESULTS / "grpo")
+    _save_results(run, _results(args) / "grpo")
 
 
 def _dpo_accuracy(run: Path) -> tuple[float | None, float | None, float | None]:
