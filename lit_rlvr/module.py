@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import math
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -168,23 +168,31 @@ class GRPOModule(PolicyModule):
             keep = torch.zeros_like(pool.keep)
             keep[pool.eligible()[rank::world]] = True
             pool = dataclasses.replace(pool, keep=keep, batch_size=math.ceil(pool.batch_size / world))
-        datamodule = getattr(self.trainer, "datamodule", None)
-        drawer = None
-        if hasattr(datamodule, "draw"):
-            step, used = self.steps_done, [pool.ids.clone()]
-
-            def drawer(n: int) -> PromptPool:  # deterministic in (seed, step, rank, prompts so far)
-                exclude = torch.cat(used)
-                n = min(n, datamodule.num_train - len(torch.unique(exclude)))
-                fresh = datamodule.draw(n, key=(step * 4096 + rank) * 1_000_003 + len(exclude), exclude=exclude)
-                used.append(fresh.ids)
-                return fresh
-
+        drawer = self._prompt_drawer(pool, rank)
         any_rank = self._any_rank if in_lockstep(self.policy) else None  # FSDP2: sharded generation is a collective
         return self.rollout_loop.run(
             pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer,
             any_rank, pruner=next(iter(self._selectors(RolloutPruner)), None),
         )
+
+    def _prompt_drawer(self, pool: PromptPool, rank: int) -> Optional[Callable[[int], PromptPool]]:
+        """Fresh prompts for allocators that refill (Dynamic Sampling), None when the data module cannot draw.
+
+        Deterministic in (seed, step, rank, prompts so far), and never a prompt of this step already.
+        """
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if not hasattr(datamodule, "draw"):
+            return None
+        step, used = self.steps_done, [pool.ids.clone()]
+
+        def draw(n: int) -> PromptPool:
+            exclude = torch.cat(used)
+            n = min(n, datamodule.num_train - len(torch.unique(exclude)))
+            fresh = datamodule.draw(n, key=(step * 4096 + rank) * 1_000_003 + len(exclude), exclude=exclude)
+            used.append(fresh.ids)
+            return fresh
+
+        return draw
 
     def _any_rank(self, flag: bool) -> bool:
         return self._sum_over_ranks([float(flag)])[0] > 0
