@@ -6,11 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # ~3 min: the whole tiny-Llama pipeline (warm-up, every strategy, report); opt in with -m slow
 def test_bench_real_all_runs_the_pipeline(tmp_path):
     cfg = yaml.safe_load((ROOT / "configs" / "bench" / "reversal.yaml").read_text())
     cfg["data"]["source"]["init_args"].update(train_size=16, val_size=4)

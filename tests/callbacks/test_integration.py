@@ -52,7 +52,10 @@ def _fit(workdir: Path, method: str, steps: int, ckpt: str | None = None) -> dic
     return torch.load(workdir / "selector_dump" / "rank0.pt", weights_only=False)
 
 
-@pytest.mark.parametrize("method", ["greso_pods", "sara_dps", "mopps", "vigor_pods"])
+# Two methods in the default suite; the other two (each a 2-minute straight/first/resumed fit triple) with -m slow.
+@pytest.mark.parametrize("method", ["greso_pods", "sara_dps",
+                                    pytest.param("mopps", marks=pytest.mark.slow),
+                                    pytest.param("vigor_pods", marks=pytest.mark.slow)])
 def test_resumed_run_makes_the_same_decisions(tmp_path, method):
     straight = _fit(tmp_path / "straight", method, 4)
     _fit(tmp_path / "first", method, 2)
