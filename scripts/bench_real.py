@@ -26,8 +26,8 @@ reach ``--budget``, the same for every strategy; the step that crosses it finish
 ``run`` is resumable: every run that exits cleanly writes its result file
 ``<results>/<strategy>_seed<S>.json`` (``lit_rlvr.bench.results``: the evaluations' accuracies
 against rollouts and training seconds, groups with variance, wall time; ``--results``, default
-``docs/results/bench_real`` for the default ``--out``, ``<out>/results`` otherwise), and ``run``
-skips every (strategy, seed) whose file is there with the same settings (config file hash,
+``docs/results/bench_real/<config name>`` for the default ``--out``, ``<out>/results`` otherwise), and ``run``
+skips every (strategy, seed) whose file is there with the same settings (hash of the parsed config,
 budget, evaluation spacing, policy), so a grid can be run a few cells at a time
 (``run --only grpo dynamic_sampling --seeds 0``) and its result files committed between sessions.
 A file with other settings stops ``run``: delete it to redo that run. ``--no-warm`` runs the
@@ -79,19 +79,28 @@ def warmup(args) -> None:
 
 
 def _results(args) -> Path:
-    """The result-file folder: ``--results``, else docs/results/bench_real for the default --out
+    """The result-file folder: ``--results``, else docs/results/bench_real/<config name> for the default --out
     (the committed grid) and <out>/results for any other, so a trial never writes into the committed one."""
     if getattr(args, "results", None):
         return Path(args.results)
-    return RESULTS if Path(args.out).resolve() == OUT.resolve() else Path(args.out) / "results"
+    return RESULTS / Path(args.config).stem if args.default_out else Path(args.out) / "results"
+
+
+def _default_out(config: str) -> Path:
+    """runs/bench_real for the reversal config (as before), runs/bench_real_<config name> for another."""
+    return OUT if Path(config).resolve() == CONFIG.resolve() else OUT.with_name(f"bench_real_{Path(config).stem}")
 
 
 def _settings(args, warm: Path | None) -> dict:
     """What a result file must share with this invocation to count as a finished run of the same grid."""
+    import hashlib
+
     from lit_rlvr.bench.results import file_sha256
 
     policy = "config" if warm is None else "warm:" + file_sha256(warm / "model.safetensors")[:16]
-    return {"config": Path(args.config).name, "config_sha256": file_sha256(args.config)[:16], "budget": args.budget,
+    # the parsed config, so that editing its comments does not invalidate finished runs
+    parsed = hashlib.sha256(json.dumps(load_config(args.config), sort_keys=True).encode()).hexdigest()[:16]
+    return {"config": Path(args.config).name, "config_sha256": parsed, "budget": args.budget,
             "eval_every_rollouts": args.eval_every_rollouts, "policy": policy}
 
 
@@ -230,7 +239,8 @@ def run_all(args) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(CONFIG), help="the benchmark's fit config (task, model, rollout)")
-    p.add_argument("--out", default=str(OUT), help="where the runs (<strategy>_seed<S>) and the report go")
+    p.add_argument("--out", default=None, help="where the runs (<strategy>_seed<S>) and the report go "
+                   "(default runs/bench_real; runs/bench_real_<config name> for a --config other than reversal.yaml)")
     p.add_argument("--warm", default=None, help="the warm-up model folder (default <out>/warm)")
     sub = p.add_subparsers(dest="cmd", required=True)
     w = argparse.ArgumentParser(add_help=False)
@@ -257,7 +267,7 @@ def main(argv=None) -> None:
                    help="RolloutEval: greedy pass@1 on training and held-out prompts every this many rollouts")
     r.add_argument("--jobs", type=int, default=2, help="runs at a time (each with OMP_NUM_THREADS, default 1)")
     r.add_argument("--results", default=None,
-                   help="result-file folder (default docs/results/bench_real for the default --out, else <out>/results)")
+                   help="result-file folder (default docs/results/bench_real/<config name> for the default --out, else <out>/results)")
     r.add_argument("--no-warm", action="store_true", help="run the config's model.policy, not the warm-up model")
     q = argparse.ArgumentParser(add_help=False)
     q.add_argument("--target", type=float, nargs="+", default=None,
@@ -269,6 +279,8 @@ def main(argv=None) -> None:
     sub.add_parser("report", parents=[q], help="scripts/report.py over the runs; PNGs to docs/img/real_*.png")
     sub.add_parser("all", parents=[w, r, q], help="warmup (unless <warm> exists), run, report")
     args = p.parse_args(argv)
+    args.default_out = args.out is None
+    args.out = args.out or str(_default_out(args.config))
     args.warm = args.warm or str(Path(args.out) / "warm")
     {"warmup": warmup, "run": run, "report": report, "all": run_all}[args.cmd](args)
 

@@ -8,7 +8,7 @@ grid can be spread over several sessions and its results committed as they come.
   spacing, policy). A file whose settings differ from the current ones is not a finished run of
   *this* grid: ``run`` stops rather than skip or overwrite it.
 - ``evals``: every ``RolloutEval`` row: step, cumulative rollouts generated, training seconds so far
-  (rollout + reward + update of the training rows logged before it; evaluation time excluded), and the
+  (rollout + reward + update of the training steps within those rollouts; evaluation time excluded), and the
   accuracies logged (``train_prompts/pass@1``, ``heldout_prompts/pass@1``).
 - ``groups``: totals over the training steps (groups generated, all-right, all-wrong, rollouts
   generated) and groups with reward variance per 1,000 rollouts.
@@ -74,18 +74,21 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
 
     df = metrics
     train = df[df["rollouts/generated"].notna()] if "rollouts/generated" in df else df.iloc[0:0]
-    # training seconds of the training rows logged so far, in log order (an evaluation's row follows its step's)
-    times = [c for c in TIME_COLUMNS if c in df]
-    row_time = df[times].fillna(0.0).sum(axis=1) if times else pd.Series(0.0, index=df.index)
-    if "rollouts/generated" in df:
-        row_time = row_time.where(df["rollouts/generated"].notna(), 0.0)
-    cum_time = row_time.cumsum()
+    # An evaluation row carries its own cumulative rollouts, but the CSV may hold it before its step's
+    # training row (RolloutEval writes straight to the loggers): its training seconds are those of the
+    # training rows whose cumulative rollouts are at most its own, not of the rows logged before it.
     cum_gen = df[CUM_GEN].ffill().fillna(0.0).cummax() if CUM_GEN in df else pd.Series(0.0, index=df.index)
+    times = [c for c in TIME_COLUMNS if c in train]
+    train_gen = (train[CUM_GEN] if CUM_GEN in train else cum_gen[train.index]).to_numpy(dtype=float)
+    train_time = train[times].fillna(0.0).sum(axis=1).to_numpy(dtype=float) if times else train_gen * 0.0
+
+    def seconds_at(rollouts: float) -> float:
+        return float(train_time[train_gen <= rollouts + 1e-9].sum())
     evals = []
     present = [m for m in EVAL_METRICS if m in df]
     for i in df.index[df[present].notna().any(axis=1)] if present else []:
         step = int(df.at[i, "step"])
-        row = {"step": step, "rollouts": _num(cum_gen.at[i]), "train_seconds": round(float(cum_time.at[i]), 3)}
+        row = {"step": step, "rollouts": _num(cum_gen.at[i]), "train_seconds": round(seconds_at(float(cum_gen.at[i])), 3)}
         row.update({m: _num(df.at[i, m]) for m in present})
         evals.append(row)
     groups: dict[str, Any] = {}

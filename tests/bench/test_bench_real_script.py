@@ -62,3 +62,23 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
                             "run", "--only", "grpo", "--seeds", "0", "--budget", "16"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert other.returncode != 0 and "other settings" in other.stderr
+
+
+def test_result_folders_are_per_config_and_trials_stay_out_of_docs():
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "scripts" / "bench_real.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def folders(config, out=None, results=None):
+        args = argparse.Namespace(config=config, out=out, results=results, default_out=out is None)
+        args.out = out or str(bench._default_out(config))
+        return Path(args.out), bench._results(args)
+
+    assert folders(str(bench.CONFIG)) == (ROOT / "runs" / "bench_real", ROOT / "docs" / "results" / "bench_real" / "reversal")
+    smol = str(ROOT / "configs" / "bench" / "smollm2.yaml")
+    assert folders(smol) == (ROOT / "runs" / "bench_real_smollm2", ROOT / "docs" / "results" / "bench_real" / "smollm2")
+    assert folders(smol, out="/tmp/trial") == (Path("/tmp/trial"), Path("/tmp/trial/results"))
+    assert folders(smol, out="/tmp/trial", results="/tmp/r")[1] == Path("/tmp/r")

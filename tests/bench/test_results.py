@@ -31,7 +31,16 @@ def test_summarize_run_reads_evals_groups_and_times():
     assert res["wall_seconds"] == 12.3 and res["steps"] == 2 and res["rollouts_generated"] == 32.0
     assert [e["rollouts"] for e in res["evals"]] == [0.0, 16.0, 32.0]
     assert [e["heldout_prompts/pass@1"] for e in res["evals"]] == [0.125, 0.25, 0.375]
-    # training seconds of the training rows logged before each evaluation (rollout + reward + update)
+    # training seconds of the training steps within each evaluation's rollouts (rollout + reward + update)
+    assert [e["train_seconds"] for e in res["evals"]] == [0.0, 3.5, 6.0]
+
+
+def test_train_seconds_do_not_depend_on_the_csv_row_order():
+    # RolloutEval writes its row straight to the logger: in the CSV it can come before its step's training row
+    df = _metrics()
+    df = df.iloc[[0, 2, 1, 4, 3]].reset_index(drop=True)
+    res = summarize_run(df, "grpo", 0, SETTINGS, wall_seconds=1.0)
+    assert [e["rollouts"] for e in res["evals"]] == [0.0, 16.0, 32.0]
     assert [e["train_seconds"] for e in res["evals"]] == [0.0, 3.5, 6.0]
     g = res["groups"]
     assert g["groups_generated"] == 4.0 and g["rollouts_generated"] == 32.0
