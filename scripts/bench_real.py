@@ -23,6 +23,17 @@ repeats the method's callbacks and appends ``SelectionTimer``,
 reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
 ``SelectionRecorder`` (the heatmap's per-prompt decisions).
 
+``run`` is resumable: every run that exits cleanly writes its result file
+``<results>/<strategy>_seed<S>.json`` (``lit_rlvr.bench.results``: the evaluations' accuracies
+against rollouts and training seconds, groups with variance, wall time; ``--results``, default
+``docs/results/bench_real/<config name>`` for the default ``--out``, ``<out>/results`` otherwise), and ``run``
+skips every (strategy, seed) whose file is there with the same settings (hash of the parsed config,
+budget, evaluation spacing, policy), so a grid can be run a few cells at a time
+(``run --only grpo dynamic_sampling --seeds 0``) and its result files committed between sessions.
+A file with other settings stops ``run``: delete it to redo that run. ``--no-warm`` runs the
+config's own ``model.policy`` (``configs/bench/smollm2.yaml``: the quick-start model) instead of
+the warm-up folder.
+
 ``report`` runs the report of ``scripts/report.py`` over ``<out>/*_seed*`` twice (with the
 hindsight oracle derived from Dynamic Sampling's runs, ``lit_rlvr.bench.report.hindsight_oracle``):
 on ``train_prompts/pass@1`` into ``<out>/report`` (PNGs copied to ``docs/img/real_*.png``) and on
@@ -45,6 +56,7 @@ from lit_rlvr.bench.warmup import load_config
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "bench" / "reversal.yaml"
 OUT = ROOT / "runs" / "bench_real"
+RESULTS = ROOT / "docs" / "results" / "bench_real"
 STRATEGIES = ["grpo", "dynamic_sampling", "greso", "pods", "vigor", "sara", "mopps", "dps"]
 """The default set: every method once. Compositions (greso_pods, vigor_pods, sara_dps) via ``--strategies``."""
 
@@ -66,7 +78,33 @@ def warmup(args) -> None:
 # ----------------------------------------------------------------------------- runs
 
 
-def _fit_args(args, strategy: str, seed: int, warm: Path) -> tuple[Path, list[str]]:
+def _results(args) -> Path:
+    """The result-file folder: ``--results``, else docs/results/bench_real/<config name> for the default --out
+    (the committed grid) and <out>/results for any other, so a trial never writes into the committed one."""
+    if getattr(args, "results", None):
+        return Path(args.results)
+    return RESULTS / Path(args.config).stem if args.default_out else Path(args.out) / "results"
+
+
+def _default_out(config: str) -> Path:
+    """runs/bench_real for the reversal config (as before), runs/bench_real_<config name> for another."""
+    return OUT if Path(config).resolve() == CONFIG.resolve() else OUT.with_name(f"bench_real_{Path(config).stem}")
+
+
+def _settings(args, warm: Path | None) -> dict:
+    """What a result file must share with this invocation to count as a finished run of the same grid."""
+    import hashlib
+
+    from lit_rlvr.bench.results import file_sha256
+
+    policy = "config" if warm is None else "warm:" + file_sha256(warm / "model.safetensors")[:16]
+    # the parsed config, so that editing its comments does not invalidate finished runs
+    parsed = hashlib.sha256(json.dumps(load_config(args.config), sort_keys=True).encode()).hexdigest()[:16]
+    return {"config": Path(args.config).name, "config_sha256": parsed, "budget": args.budget,
+            "eval_every_rollouts": args.eval_every_rollouts, "policy": policy}
+
+
+def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, list[str]]:
     """The run folder of (strategy, seed), prepared, and the ``lit-rlvr`` arguments to run in it.
 
     ``budget.yaml`` repeats the method's callbacks (a later ``--config`` replaces the list) and
@@ -89,8 +127,9 @@ def _fit_args(args, strategy: str, seed: int, warm: Path) -> tuple[Path, list[st
     rd.mkdir(parents=True)
     (rd / "budget.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False))
     argv = ["fit", "--config", str(Path(args.config).resolve()), "--config", str(method), "--config", "budget.yaml",
-            "--seed_everything", str(seed), "--model.seed", str(seed), "--data.seed", str(seed),
-            "--model.policy.name_or_path", str(warm)]
+            "--seed_everything", str(seed), "--model.seed", str(seed), "--data.seed", str(seed)]
+    if warm is not None:
+        argv += ["--model.policy.name_or_path", str(warm)]
     return rd, argv
 
 
@@ -104,9 +143,28 @@ def run(args) -> None:
 
     from lit_rlvr.bench.fit_worker import FitPool
 
-    warm = Path(args.warm).resolve()
-    if not (warm / "config.json").is_file():
-        raise SystemExit(f"{warm} holds no model: run `python scripts/bench_real.py warmup` first")
+    from lit_rlvr.bench.report import find_runs
+    from lit_rlvr.bench.results import is_done, summarize_run, write_result
+
+    warm = None if args.no_warm else Path(args.warm).resolve()
+    if warm is not None and not (warm / "config.json").is_file():
+        raise SystemExit(f"{warm} holds no model: run `python scripts/bench_real.py warmup` first (or --no-warm)")
+    settings = _settings(args, warm)
+    results = _results(args)
+    todo = []
+    for seed in args.seeds:
+        for strategy in args.strategies:
+            try:
+                done = is_done(results, strategy, seed, settings)
+            except ValueError as e:
+                raise SystemExit(str(e))
+            if done:
+                print(f"{strategy}_seed{seed}: done ({results}), skipped", flush=True)
+            else:
+                todo.append((strategy, seed))
+    if not todo:
+        print("nothing to run: every requested run has its result file", flush=True)
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     times_path = out / "wall_times.json"
@@ -115,12 +173,12 @@ def run(args) -> None:
     t_all = time.perf_counter()
     with FitPool(args.jobs, threads=int(os.environ.get("OMP_NUM_THREADS", "1"))) as pool:
         futures = {}
-        for seed in args.seeds:
-            for strategy in args.strategies:
-                rd, argv = _fit_args(args, strategy, seed, warm)
-                futures[pool.submit(rd, argv)] = (f"{strategy}_seed{seed}", rd)
+        for strategy, seed in todo:
+            rd, argv = _fit_args(args, strategy, seed, warm)
+            futures[pool.submit(rd, argv)] = (strategy, seed, rd)
         for done in as_completed(futures):
-            name, rd = futures[done]
+            strategy, seed, rd = futures[done]
+            name = f"{strategy}_seed{seed}"
             rc, seconds = done.result()
             times[name] = round(seconds, 1)
             times_path.write_text(json.dumps(times, indent=2))
@@ -128,6 +186,10 @@ def run(args) -> None:
             if rc != 0:
                 failed.append(name)
                 print((rd / "fit.log").read_text()[-3000:], flush=True)
+                continue
+            (run_,) = find_runs([rd])
+            path = write_result(results, summarize_run(run_.metrics, strategy, seed, settings, seconds))
+            print(f"{name}: wrote {path}", flush=True)
     print(f"all runs: {time.perf_counter() - t_all:.1f} s", flush=True)
     if failed:
         raise SystemExit(f"failed runs: {', '.join(failed)} (see their fit.log)")
@@ -162,7 +224,9 @@ def report(args) -> None:
 def run_all(args) -> None:
     t0 = time.perf_counter()
     done = Path(args.warm) / "warmup.json"
-    if done.is_file() and json.loads(done.read_text()).get("complete"):
+    if args.no_warm:
+        print("--no-warm: no warm-up, the config's policy", flush=True)
+    elif done.is_file() and json.loads(done.read_text()).get("complete"):
         print(f"reusing the warm-up in {args.warm} (delete it to redo)", flush=True)
     else:
         warmup(args)
@@ -175,7 +239,8 @@ def run_all(args) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(CONFIG), help="the benchmark's fit config (task, model, rollout)")
-    p.add_argument("--out", default=str(OUT), help="where the runs (<strategy>_seed<S>) and the report go")
+    p.add_argument("--out", default=None, help="where the runs (<strategy>_seed<S>) and the report go "
+                   "(default runs/bench_real; runs/bench_real_<config name> for a --config other than reversal.yaml)")
     p.add_argument("--warm", default=None, help="the warm-up model folder (default <out>/warm)")
     sub = p.add_subparsers(dest="cmd", required=True)
     w = argparse.ArgumentParser(add_help=False)
@@ -194,12 +259,16 @@ def main(argv=None) -> None:
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads of the warm-up")
     r = argparse.ArgumentParser(add_help=False)
-    r.add_argument("--strategies", nargs="+", default=STRATEGIES)
+    r.add_argument("--strategies", "--only", dest="strategies", nargs="+", default=STRATEGIES,
+                   help="strategies to run (default: every method once); done ones are skipped")
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--budget", type=int, default=2560, help="cumulative rollouts generated per run")
     r.add_argument("--eval-every-rollouts", type=int, default=256,
                    help="RolloutEval: greedy pass@1 on training and held-out prompts every this many rollouts")
     r.add_argument("--jobs", type=int, default=2, help="runs at a time (each with OMP_NUM_THREADS, default 1)")
+    r.add_argument("--results", default=None,
+                   help="result-file folder (default docs/results/bench_real/<config name> for the default --out, else <out>/results)")
+    r.add_argument("--no-warm", action="store_true", help="run the config's model.policy, not the warm-up model")
     q = argparse.ArgumentParser(add_help=False)
     q.add_argument("--target", type=float, nargs="+", default=None,
                    help="train_prompts/pass@1 target(s) (default: the best accuracy every run reaches, or 0.01 above the start if none is higher; report.auto_target)")
@@ -210,6 +279,8 @@ def main(argv=None) -> None:
     sub.add_parser("report", parents=[q], help="scripts/report.py over the runs; PNGs to docs/img/real_*.png")
     sub.add_parser("all", parents=[w, r, q], help="warmup (unless <warm> exists), run, report")
     args = p.parse_args(argv)
+    args.default_out = args.out is None
+    args.out = args.out or str(_default_out(args.config))
     args.warm = args.warm or str(Path(args.out) / "warm")
     {"warmup": warmup, "run": run, "report": report, "all": run_all}[args.cmd](args)
 

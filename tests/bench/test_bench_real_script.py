@@ -47,3 +47,40 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
     assert "train_prompts/pass@1" in done.stdout and "heldout_prompts/pass@1" in done.stdout
     assert "groups with reward variance per 1,000 rollouts" in done.stdout
     assert (out / "report" / "groups_with_variance.md").is_file()
+    # one result file per finished run, under <out>/results for a non-default --out
+    for strategy in ("grpo", "greso"):
+        res = json.loads((out / "results" / f"{strategy}_seed0.json").read_text())
+        assert res["strategy"] == strategy and res["settings"]["budget"] == 8 and res["rollouts_generated"] >= 8
+        assert len(res["evals"]) >= 2 and all("heldout_prompts/pass@1" in e for e in res["evals"])
+    # resumable: a second `run` skips what is done and runs nothing
+    again = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_real.py"), "--config", str(config), "--out", str(out),
+                            "run", "--only", "greso", "grpo", "--seeds", "0", "--budget", "8"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "grpo_seed0: done" in again.stdout and "greso_seed0: done" in again.stdout
+    assert "nothing to run" in again.stdout
+    # other settings than the result files': stop, do not overwrite
+    other = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_real.py"), "--config", str(config), "--out", str(out),
+                            "run", "--only", "grpo", "--seeds", "0", "--budget", "16"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert other.returncode != 0 and "other settings" in other.stderr
+
+
+def test_result_folders_are_per_config_and_trials_stay_out_of_docs():
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "scripts" / "bench_real.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def folders(config, out=None, results=None):
+        args = argparse.Namespace(config=config, out=out, results=results, default_out=out is None)
+        args.out = out or str(bench._default_out(config))
+        return Path(args.out), bench._results(args)
+
+    assert folders(str(bench.CONFIG)) == (ROOT / "runs" / "bench_real", ROOT / "docs" / "results" / "bench_real" / "reversal")
+    smol = str(ROOT / "configs" / "bench" / "smollm2.yaml")
+    assert folders(smol) == (ROOT / "runs" / "bench_real_smollm2", ROOT / "docs" / "results" / "bench_real" / "smollm2")
+    assert folders(smol, out="/tmp/trial") == (Path("/tmp/trial"), Path("/tmp/trial/results"))
+    assert folders(smol, out="/tmp/trial", results="/tmp/r")[1] == Path("/tmp/r")
