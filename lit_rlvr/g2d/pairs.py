@@ -34,18 +34,18 @@ import torch
 PairRule = Callable[[torch.Tensor, torch.Tensor, int, torch.Generator], list[tuple[int, int]]]
 
 
-def _split(correct: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices of the correct and the incorrect candidates: ([c], [w]) int64."""
+def _split(correct: torch.Tensor, pairs_per_prompt: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Indices of the correct and the incorrect candidates ([c], [w] int64) and how many pairs they make."""
     correct = correct.to(torch.bool)
-    return torch.nonzero(correct).flatten(), torch.nonzero(~correct).flatten()
+    good, bad = torch.nonzero(correct).flatten(), torch.nonzero(~correct).flatten()
+    return good, bad, min(pairs_per_prompt, len(good), len(bad))
 
 
 def random_pairs(
     correct: torch.Tensor, rewards: torch.Tensor, pairs_per_prompt: int, generator: torch.Generator
 ) -> list[tuple[int, int]]:
     """Uniformly drawn correct (chosen) and incorrect (rejected) candidates, each used once."""
-    good, bad = _split(correct)
-    k = min(pairs_per_prompt, len(good), len(bad))
+    good, bad, k = _split(correct, pairs_per_prompt)
     if k == 0:
         return []
     good = good[torch.randperm(len(good), generator=generator)[:k]]  # [k]
@@ -57,8 +57,7 @@ def extreme_pairs(
     correct: torch.Tensor, rewards: torch.Tensor, pairs_per_prompt: int, generator: torch.Generator
 ) -> list[tuple[int, int]]:
     """Highest-reward correct candidates against lowest-reward incorrect ones, each used once."""
-    good, bad = _split(correct)
-    k = min(pairs_per_prompt, len(good), len(bad))
+    good, bad, k = _split(correct, pairs_per_prompt)
     if k == 0:
         return []
     r = rewards.double()
