@@ -1,8 +1,8 @@
 """Benchmarks: every selection strategy side by side.
 
-* ``simulator``: runs the real selector callbacks through the real training step
-  (``GRPOModule.training_step``, ``RolloutLoop``, ``PromptDataModule``) with a
-  simulated policy in place of the model, so strategies can be compared over
+* ``sim`` (re-exported by ``simulator``): runs the real selector callbacks through the
+  real training step (``GRPOModule.training_step``, ``RolloutLoop``, ``PromptDataModule``)
+  with a simulated policy in place of the model, so strategies can be compared over
   hundreds of steps and 10,000+ prompts in minutes on a CPU.
 * ``recorder``: ``SelectionRecorder``, a side-effect-free callback that writes every
   prompt's per-step outcome (skipped, unused, easy, hard, effective) to a CSV.

@@ -2,7 +2,8 @@
 
 The simulator and real ``lit-rlvr fit`` runs measure it the same way: every selector's
 hooks (``on_train_batch_start``, ``on_rollouts_scored``, and ``plan`` /
-``select_rollouts`` / ``token_weights`` where the selector has them) are wrapped by one
+``select_rollouts`` / ``token_weights`` / a pruner's ``prune`` and ``record_outcomes`` where
+the selector has them) are wrapped by one
 ``Stopwatch``, which counts only the outermost call (a selector calling another's hook is
 not counted twice) and subtracts nested ``PromptDataModule.draw`` calls (data time, not
 selection time).
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterable
 import lightning.pytorch as pl
 
 from lit_rlvr.bench.recorder import SelectionRecorder
-from lit_rlvr.callbacks.base import RolloutAllocator, RolloutFilter, SelectionCallback, TokenWeighter
+from lit_rlvr.callbacks.base import RolloutAllocator, RolloutFilter, RolloutPruner, SelectionCallback, TokenWeighter
 
 
 class Stopwatch:
@@ -79,6 +80,8 @@ def instrument(selectors: Iterable[Any], datamodule: Any, watch: Stopwatch) -> N
             hooks.append("select_rollouts")
         if isinstance(s, TokenWeighter):
             hooks.append("token_weights")
+        if isinstance(s, RolloutPruner):
+            hooks += ["prune", "record_outcomes"]
         for h in hooks:
             setattr(s, h, watch.wrap(getattr(s, h)))
     if datamodule is not None and hasattr(datamodule, "draw"):

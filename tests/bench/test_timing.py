@@ -64,3 +64,18 @@ def test_selection_timer_times_selectors_and_the_default_plan_but_not_the_record
     assert {"on_train_batch_start", "on_rollouts_scored"} <= set(vars(greso))
     assert "plan" in vars(default)
     assert not {"on_train_batch_start", "on_rollouts_scored"} & set(vars(recorder))
+
+
+def test_a_pruners_prune_and_record_outcomes_are_timed(monkeypatch):
+    from lit_rlvr.bench.timing import instrument
+    from lit_rlvr.callbacks.arrol import ARRoL
+
+    clock = [0.0]
+    monkeypatch.setattr("lit_rlvr.bench.timing.time.perf_counter", lambda: clock[0])
+    arrol, watch = ARRoL(detect_tokens=2), Stopwatch()
+    monkeypatch.setattr(arrol, "prune", lambda partial: clock.__setitem__(0, clock[0] + 0.004))
+    monkeypatch.setattr(arrol, "record_outcomes", lambda *a: clock.__setitem__(0, clock[0] + 0.001))
+    instrument([arrol], None, watch)
+    arrol.prune(None)
+    arrol.record_outcomes(None, None, None)
+    assert watch.selection_ms == pytest.approx(5.0)

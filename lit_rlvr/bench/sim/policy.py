@@ -1,0 +1,108 @@
+"""``SimPolicy``: the simulated model. A global skill, per-prompt difficulties and bonuses, seeded outcomes,
+synthetic prompt embeddings (for LEEPS) and a noisy partial-rollout signal (for ARRoL)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lit_rlvr.bench.sim.config import MAX_ROLLOUTS_PER_PROMPT, SimConfig, logit, sigmoid
+from lit_rlvr.bench.sim.learning import group_weights
+from lit_rlvr.callbacks.greso import seeded_uniform
+
+__all__ = ["SimPolicy"]
+
+
+class SimPolicy:
+    """The simulated model: P(correct_i) = sigmoid(skill + bonus_i − d_i), outcomes a pure function of
+    (seed, step, prompt, k)."""
+
+    def __init__(self, cfg: SimConfig, seed: int) -> None:
+        self.cfg = cfg
+        self.seed = int(seed)
+        rng = np.random.default_rng([int(cfg.dataset_seed), 0x51A])
+        lo, hi = cfg.min_pass, 1 - cfg.min_pass
+        self.initial_pass = rng.beta(cfg.pass_alpha, cfg.pass_beta, cfg.num_prompts).clip(lo, hi)  # [N] p0
+        self.difficulty = -logit(self.initial_pass)  # [N] d = −logit(p0)
+        self.val_difficulty = -logit(rng.beta(cfg.pass_alpha, cfg.pass_beta, cfg.num_val).clip(lo, hi))  # [M]
+        self.bonus = np.zeros(cfg.num_prompts)  # [N]
+        self.skill = 0.0
+        self.step = 0
+        """The training step being simulated (set by ``simulate`` before each step)."""
+        self._embeddings: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ outcomes
+
+    def pass_rate(self, ids: np.ndarray) -> np.ndarray:
+        """[n] P(correct) of train prompt ids now."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return sigmoid(self.skill + self.bonus[ids] - self.difficulty[ids])
+
+    @staticmethod
+    def _keys(ids: np.ndarray, ks: np.ndarray) -> np.ndarray:
+        """[n] int64 id · 4096 + k, the key of each (prompt, rollout index)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        ks = np.asarray(ks, dtype=np.int64)
+        if ks.size and int(ks.max()) >= MAX_ROLLOUTS_PER_PROMPT:
+            raise ValueError(f"the simulator supports at most {MAX_ROLLOUTS_PER_PROMPT} rollouts per prompt per step")
+        return ids * MAX_ROLLOUTS_PER_PROMPT + ks
+
+    def outcomes(self, ids: np.ndarray, ks: np.ndarray, step: int) -> np.ndarray:
+        """[n] bool: is the ks-th rollout of prompt ids at ``step`` correct (a pure function of seed, step, id, k)."""
+        u = seeded_uniform(self.seed, step, self._keys(ids, ks), salt="sim-outcome")
+        return u < self.pass_rate(ids)
+
+    def peek(self, ids: np.ndarray, n: int, step: int) -> np.ndarray:
+        """[len(ids), n] bool: outcomes of the first n rollouts of each prompt at ``step`` (the oracle's view)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        rep = np.repeat(ids, n)
+        ks = np.tile(np.arange(n), len(ids))
+        return self.outcomes(rep, ks, step).reshape(len(ids), n)
+
+    # ------------------------------------------------------------------ what selectors' networks would see
+
+    def head_signal(self, ids: np.ndarray, ks: np.ndarray, step: int) -> np.ndarray:
+        """[n] bool: ARRoL's partial-rollout signal, equal to the final outcome with probability
+        ``cfg.head_accuracy``, independently per rollout (seeded: a pure function of seed, step, id, k)."""
+        flip = seeded_uniform(self.seed, step, self._keys(ids, ks), salt="sim-head") >= self.cfg.head_accuracy
+        return self.outcomes(ids, ks, step) ^ flip
+
+    @staticmethod
+    def head_features(signal: np.ndarray) -> np.ndarray:
+        """[n, 2] float32 stand-in hidden states for ARRoL's quality head: (+1, −1) for a positive signal,
+        (−1, +1) for a negative one (two dimensions, so the head's LayerNorm keeps the sign)."""
+        x = np.where(np.asarray(signal, dtype=bool), 1.0, -1.0).astype(np.float32)  # [n]
+        return np.stack([x, -x], axis=1)
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """[N, D] float32 unit-norm synthetic prompt embeddings (LEEPS's encoder):
+        e_i = (√ρ cos θ_i, √ρ sin θ_i, √(1−ρ) z_i), θ_i = π·p0_i, z_i a seeded unit vector in D − 2 dimensions,
+        so cos(e_i, e_j) = ρ cos(π(p0_i − p0_j)) + (1 − ρ) cos(z_i, z_j), ρ = ``cfg.embed_difficulty``.
+        From ``dataset_seed``: the same for every run seed."""
+        if self._embeddings is None:
+            cfg = self.cfg
+            rng = np.random.default_rng([int(cfg.dataset_seed), 0xE3B])
+            z = rng.standard_normal((cfg.num_prompts, cfg.embed_dim - 2))  # [N, D−2]
+            z /= np.linalg.norm(z, axis=1, keepdims=True)
+            theta = np.pi * self.initial_pass  # [N]
+            rho = cfg.embed_difficulty
+            e = np.concatenate([np.sqrt(rho) * np.stack([np.cos(theta), np.sin(theta)], axis=1), np.sqrt(1 - rho) * z], axis=1)
+            self._embeddings = e.astype(np.float32)  # [N, D]
+        return self._embeddings
+
+    # ------------------------------------------------------------------ evaluation and learning
+
+    def accuracy(self) -> float:
+        """Exact expected pass rate on the held-out prompts."""
+        return float(sigmoid(self.skill - self.val_difficulty).mean())
+
+    def learn(self, ids: np.ndarray, n_in_gradient: np.ndarray, successes: np.ndarray, batch_size: int, group_size: int) -> float:
+        """Apply one step's update from its in-gradient groups (prompt ids [K], rollouts n [K], successes [K]);
+        returns the skill gained."""
+        ids = np.asarray(ids, dtype=np.int64)
+        w = group_weights(self.cfg.signal, n_in_gradient, successes, group_size)  # [K]
+        gain = self.cfg.eta * float(w.sum()) / batch_size
+        self.skill += gain
+        if self.cfg.prompt_eta:
+            np.add.at(self.bonus, ids, self.cfg.prompt_eta * w)
+        return gain
