@@ -7,7 +7,8 @@ or step by step:
 
     python scripts/bench_real.py warmup                   # SFT until pass rates spread -> runs/bench_real/warm
     python scripts/bench_real.py run --seeds 0 1 2        # every strategy x seed, equal rollout budget
-    python scripts/bench_real.py report --target 0.3      # two reports + docs/img/real_*.png
+    python scripts/bench_real.py report --from-runs --target 0.3   # two reports over the run folders + docs/img/real_*.png
+    python scripts/bench_real.py report                   # the tables from the result files (missing cells marked)
 
 ``warmup`` is ``lit_rlvr.bench.warmup.warm_up`` on the benchmark config (``--config``,
 default ``configs/bench/reversal.yaml``): the tiny Llama of ``lit_rlvr.policy`` trained on
@@ -34,7 +35,12 @@ A file with other settings stops ``run``: delete it to redo that run. ``--no-war
 config's own ``model.policy`` (``configs/bench/smollm2.yaml``: the quick-start model) instead of
 the warm-up folder.
 
-``report`` runs the report of ``scripts/report.py`` over ``<out>/*_seed*`` twice (with the
+``report`` reads the result files (``lit_rlvr.bench.result_report``): a grid of done and
+missing (strategy, seed) cells for ``--strategies`` × ``--seeds``, the held-out table (rollouts
+and training seconds to ``--heldout-target``, ratios to Dynamic Sampling and GRPO, groups with
+variance per 1,000 rollouts), the plots and a heatmap, into ``<out>/report_results`` (PNGs
+copied to ``docs/img/<config name>_*.png``). ``report --from-runs`` (and ``all``, before it) runs
+the report of ``scripts/report.py`` over ``<out>/*_seed*`` twice (with the
 hindsight oracle derived from Dynamic Sampling's runs, ``lit_rlvr.bench.report.hindsight_oracle``):
 on ``train_prompts/pass@1`` into ``<out>/report`` (PNGs copied to ``docs/img/real_*.png``) and on
 ``heldout_prompts/pass@1`` into ``<out>/report_heldout`` (accuracy plots copied to
@@ -144,6 +150,7 @@ def run(args) -> None:
     from lit_rlvr.bench.fit_worker import FitPool
 
     from lit_rlvr.bench.report import find_runs
+    from lit_rlvr.bench.result_report import selection_csv_path
     from lit_rlvr.bench.results import is_done, summarize_run, write_result
 
     warm = None if args.no_warm else Path(args.warm).resolve()
@@ -189,6 +196,8 @@ def run(args) -> None:
                 continue
             (run_,) = find_runs([rd])
             path = write_result(results, summarize_run(run_.metrics, strategy, seed, settings, seconds))
+            for sel in run_.selection_paths[:1]:  # the heatmap's input, committed beside the result file
+                shutil.copy(sel, selection_csv_path(results, strategy, seed))
             print(f"{name}: wrote {path}", flush=True)
     print(f"all runs: {time.perf_counter() - t_all:.1f} s", flush=True)
     if failed:
@@ -196,7 +205,24 @@ def run(args) -> None:
 
 
 def report(args) -> None:
-    """Two reports over the runs: ``<out>/report`` on the training prompts (``train_prompts/pass@1``)
+    """The report over the result files (default) or, with ``--from-runs``, over the run folders."""
+    if args.from_runs:
+        return report_runs(args)
+    from lit_rlvr.bench.result_report import make_results_report
+
+    results = _results(args)
+    out = Path(args.out) / "report_results"
+    img = ROOT / "docs" / "img" if args.copy_png else None
+    summary = make_results_report(results, out, args.heldout_target, "heldout_prompts/pass@1", args.strategies,
+                                  args.seeds, img_dir=img, img_prefix=f"{Path(args.config).stem}_")
+    print(f"## grid ({results})\n{summary['grid']}")
+    print("## heldout_prompts/pass@1\n" + "\n".join(summary["tables"]))
+    print(f"wrote {', '.join(str(out / f) for f in summary['files'])}"
+          + (f"; PNGs copied to docs/img/{Path(args.config).stem}_*.png" if img else ""))
+
+
+def report_runs(args) -> None:
+    """Two reports over the run folders: ``<out>/report`` on the training prompts (``train_prompts/pass@1``)
     and ``<out>/report_heldout`` on the held-out prompts (``heldout_prompts/pass@1``)."""
     from lit_rlvr.bench.report import make_report
 
@@ -232,6 +258,8 @@ def run_all(args) -> None:
         warmup(args)
     print(f"warm-up done: {time.perf_counter() - t0:.1f} s", flush=True)
     run(args)
+    report_runs(args)  # the tiny model's benchmark reads training-prompt accuracy from the run folders
+    args.from_runs = False
     report(args)
     print(f"all: {time.perf_counter() - t0:.1f} s", flush=True)
 
@@ -258,26 +286,31 @@ def main(argv=None) -> None:
     w.add_argument("--min-mixed-frac", type=float, default=0.125, help="... and this fraction of prompts is mixed")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads of the warm-up")
+    grid = argparse.ArgumentParser(add_help=False)
+    grid.add_argument("--strategies", "--only", dest="strategies", nargs="+", default=STRATEGIES,
+                      help="strategies to run (default: every method once); done ones are skipped")
+    grid.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    grid.add_argument("--results", default=None,
+                      help="result-file folder (default docs/results/bench_real/<config name> for the default --out, else <out>/results)")
     r = argparse.ArgumentParser(add_help=False)
-    r.add_argument("--strategies", "--only", dest="strategies", nargs="+", default=STRATEGIES,
-                   help="strategies to run (default: every method once); done ones are skipped")
-    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--budget", type=int, default=2560, help="cumulative rollouts generated per run")
     r.add_argument("--eval-every-rollouts", type=int, default=256,
                    help="RolloutEval: greedy pass@1 on training and held-out prompts every this many rollouts")
     r.add_argument("--jobs", type=int, default=2, help="runs at a time (each with OMP_NUM_THREADS, default 1)")
-    r.add_argument("--results", default=None,
-                   help="result-file folder (default docs/results/bench_real/<config name> for the default --out, else <out>/results)")
     r.add_argument("--no-warm", action="store_true", help="run the config's model.policy, not the warm-up model")
     q = argparse.ArgumentParser(add_help=False)
     q.add_argument("--target", type=float, nargs="+", default=None,
                    help="train_prompts/pass@1 target(s) (default: the best accuracy every run reaches, or 0.01 above the start if none is higher; report.auto_target)")
     q.add_argument("--heldout-target", type=float, nargs="+", default=None, help="heldout_prompts/pass@1 target(s) (default: --target's rule, on the held-out accuracy)")
     q.add_argument("--no-copy-png", dest="copy_png", action="store_false", help="do not copy PNGs to docs/img")
+    q.add_argument("--from-runs", action="store_true",
+                   help="report over the run folders under --out (train and held-out reports, the old layout) "
+                        "instead of the result files (--results)")
     sub.add_parser("warmup", parents=[w], help="supervised warm-up of the tiny policy")
-    sub.add_parser("run", parents=[r], help="GRPO under each strategy and seed, equal rollout budget")
-    sub.add_parser("report", parents=[q], help="scripts/report.py over the runs; PNGs to docs/img/real_*.png")
-    sub.add_parser("all", parents=[w, r, q], help="warmup (unless <warm> exists), run, report")
+    sub.add_parser("run", parents=[grid, r], help="GRPO under each strategy and seed, equal rollout budget")
+    sub.add_parser("report", parents=[q, grid], help="tables and plots from the result files (every cell marked done or missing); "
+                   "--from-runs: scripts/report.py over the run folders")
+    sub.add_parser("all", parents=[w, grid, r, q], help="warmup (unless <warm> exists), run, report")
     args = p.parse_args(argv)
     args.default_out = args.out is None
     args.out = args.out or str(_default_out(args.config))
