@@ -28,7 +28,7 @@ reach ``--budget``, the same for every strategy; the step that crosses it finish
 ``<results>/<strategy>_seed<S>.json`` (``lit_rlvr.bench.results``: the evaluations' accuracies
 against rollouts and training seconds, groups with variance, wall time; ``--results``, default
 ``docs/results/bench_real/<config name>`` for the default ``--out``, ``<out>/results`` otherwise), and ``run``
-skips every (strategy, seed) whose file is there with the same settings (hash of the parsed config,
+skips every (strategy, seed) whose file is there with the same settings (hashes of the parsed config and method layers,
 budget, evaluation spacing, policy), so a grid can be run a few cells at a time
 (``run --only grpo dynamic_sampling --seeds 0``) and its result files committed between sessions.
 A file with other settings stops ``run``: delete it to redo that run. ``--no-warm`` runs the
@@ -97,8 +97,9 @@ def _default_out(config: str) -> Path:
     return OUT if Path(config).resolve() == CONFIG.resolve() else OUT.with_name(f"bench_real_{Path(config).stem}")
 
 
-def _settings(args, warm: Path | None) -> dict:
-    """What a result file must share with this invocation to count as a finished run of the same grid."""
+def _settings(args, warm: Path | None, strategy: str) -> dict:
+    """What a result file must share with this invocation to count as a finished run of the same grid:
+    the parsed benchmark config, the method's config layers (``method_configs``), budget, spacing, policy."""
     import hashlib
 
     from lit_rlvr.bench.results import file_sha256
@@ -106,8 +107,26 @@ def _settings(args, warm: Path | None) -> dict:
     policy = "config" if warm is None else "warm:" + file_sha256(warm / "model.safetensors")[:16]
     # the parsed config, so that editing its comments does not invalidate finished runs
     parsed = hashlib.sha256(json.dumps(load_config(args.config), sort_keys=True).encode()).hexdigest()[:16]
-    return {"config": Path(args.config).name, "config_sha256": parsed, "budget": args.budget,
-            "eval_every_rollouts": args.eval_every_rollouts, "policy": policy}
+    method = [load_config(layer) for layer in method_configs(args.config, strategy)]
+    method_sha = hashlib.sha256(json.dumps(method, sort_keys=True).encode()).hexdigest()[:16]
+    return {"config": Path(args.config).name, "config_sha256": parsed, "method_sha256": method_sha,
+            "budget": args.budget, "eval_every_rollouts": args.eval_every_rollouts, "policy": policy,
+            **({} if list(args.eval_prompts) == ["train", "val"] else {"eval_prompts": list(args.eval_prompts)})}
+
+
+def method_configs(config: str, strategy: str) -> list[Path]:
+    """The method's config, then the benchmark's override of it if there is one.
+
+    ``configs/methods/<strategy>.yaml`` holds the paper's defaults. A benchmark whose setting
+    makes a default meaningless (ARRoL's 512-token detection window on 12-token answers) puts
+    its override in ``configs/bench/<config name>_methods/<strategy>.yaml``, next to the config,
+    with a comment saying why; the override is part of the settings hash.
+    """
+    method = ROOT / "configs" / "methods" / f"{strategy}.yaml"
+    if not method.is_file():
+        raise SystemExit(f"unknown strategy {strategy!r}: no {method.relative_to(ROOT)}")
+    override = Path(config).resolve().parent / f"{Path(config).stem}_methods" / f"{strategy}.yaml"
+    return [method, override] if override.is_file() else [method]
 
 
 def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, list[str]]:
@@ -119,11 +138,14 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
     """
     import yaml
 
-    method = ROOT / "configs" / "methods" / f"{strategy}.yaml"
-    callbacks = list((load_config(method).get("trainer") or {}).get("callbacks") or [])
+    layers = method_configs(args.config, strategy)
+    callbacks = []
+    for layer in layers:  # a later layer's callback list replaces an earlier one's, as in LightningCLI
+        callbacks = list((load_config(layer).get("trainer") or {}).get("callbacks") or callbacks)
     callbacks += [
         {"class_path": "lit_rlvr.bench.timing.SelectionTimer"},
-        {"class_path": "lit_rlvr.bench.rollout_eval.RolloutEval", "init_args": {"every_n_rollouts": args.eval_every_rollouts}},
+        {"class_path": "lit_rlvr.bench.rollout_eval.RolloutEval",
+         "init_args": {"every_n_rollouts": args.eval_every_rollouts, "prompts": list(args.eval_prompts)}},
         {"class_path": "lit_rlvr.bench.budget.RolloutBudget", "init_args": {"budget": args.budget}},
         {"class_path": "lit_rlvr.bench.recorder.SelectionRecorder"},
     ]
@@ -132,7 +154,10 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
         shutil.rmtree(rd)
     rd.mkdir(parents=True)
     (rd / "budget.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False))
-    argv = ["fit", "--config", str(Path(args.config).resolve()), "--config", str(method), "--config", "budget.yaml",
+    argv = ["fit", "--config", str(Path(args.config).resolve())]
+    for layer in layers:
+        argv += ["--config", str(layer)]
+    argv += ["--config", "budget.yaml",
             "--seed_everything", str(seed), "--model.seed", str(seed), "--data.seed", str(seed)]
     if warm is not None:
         argv += ["--model.policy.name_or_path", str(warm)]
@@ -156,13 +181,12 @@ def run(args) -> None:
     warm = None if args.no_warm else Path(args.warm).resolve()
     if warm is not None and not (warm / "config.json").is_file():
         raise SystemExit(f"{warm} holds no model: run `python scripts/bench_real.py warmup` first (or --no-warm)")
-    settings = _settings(args, warm)
     results = _results(args)
     todo = []
     for seed in args.seeds:
         for strategy in args.strategies:
             try:
-                done = is_done(results, strategy, seed, settings)
+                done = is_done(results, strategy, seed, _settings(args, warm, strategy))
             except ValueError as e:
                 raise SystemExit(str(e))
             if done:
@@ -195,7 +219,7 @@ def run(args) -> None:
                 print((rd / "fit.log").read_text()[-3000:], flush=True)
                 continue
             (run_,) = find_runs([rd])
-            path = write_result(results, summarize_run(run_.metrics, strategy, seed, settings, seconds))
+            path = write_result(results, summarize_run(run_.metrics, strategy, seed, _settings(args, warm, strategy), seconds))
             for sel in run_.selection_paths[:1]:  # the heatmap's input, committed beside the result file
                 shutil.copy(sel, selection_csv_path(results, strategy, seed))
             print(f"{name}: wrote {path}", flush=True)
@@ -296,6 +320,8 @@ def main(argv=None) -> None:
     r.add_argument("--budget", type=int, default=2560, help="cumulative rollouts generated per run")
     r.add_argument("--eval-every-rollouts", type=int, default=256,
                    help="RolloutEval: greedy pass@1 on training and held-out prompts every this many rollouts")
+    r.add_argument("--eval-prompts", nargs="+", choices=["train", "val"], default=["train", "val"],
+                   help="RolloutEval's prompt sets: val alone (the held-out prompts) saves a third of the evaluation time")
     r.add_argument("--jobs", type=int, default=2, help="runs at a time (each with OMP_NUM_THREADS, default 1)")
     r.add_argument("--no-warm", action="store_true", help="run the config's model.policy, not the warm-up model")
     q = argparse.ArgumentParser(add_help=False)
