@@ -7,7 +7,8 @@ or step by step:
 
     python scripts/bench_real.py warmup                   # SFT until pass rates spread -> runs/bench_real/warm
     python scripts/bench_real.py run --seeds 0 1 2        # every strategy x seed, equal rollout budget
-    python scripts/bench_real.py report --target 0.3      # two reports + docs/img/real_*.png
+    python scripts/bench_real.py report --from-runs --target 0.3   # two reports over the run folders + docs/img/real_*.png
+    python scripts/bench_real.py report                   # the tables from the result files (missing cells marked)
 
 ``warmup`` is ``lit_rlvr.bench.warmup.warm_up`` on the benchmark config (``--config``,
 default ``configs/bench/reversal.yaml``): the tiny Llama of ``lit_rlvr.policy`` trained on
@@ -27,14 +28,19 @@ reach ``--budget``, the same for every strategy; the step that crosses it finish
 ``<results>/<strategy>_seed<S>.json`` (``lit_rlvr.bench.results``: the evaluations' accuracies
 against rollouts and training seconds, groups with variance, wall time; ``--results``, default
 ``docs/results/bench_real/<config name>`` for the default ``--out``, ``<out>/results`` otherwise), and ``run``
-skips every (strategy, seed) whose file is there with the same settings (hash of the parsed config,
+skips every (strategy, seed) whose file is there with the same settings (hashes of the parsed config and method layers,
 budget, evaluation spacing, policy), so a grid can be run a few cells at a time
 (``run --only grpo dynamic_sampling --seeds 0``) and its result files committed between sessions.
 A file with other settings stops ``run``: delete it to redo that run. ``--no-warm`` runs the
 config's own ``model.policy`` (``configs/bench/smollm2.yaml``: the quick-start model) instead of
 the warm-up folder.
 
-``report`` runs the report of ``scripts/report.py`` over ``<out>/*_seed*`` twice (with the
+``report`` reads the result files (``lit_rlvr.bench.result_report``): a grid of done and
+missing (strategy, seed) cells for ``--strategies`` × ``--seeds``, the held-out table (rollouts
+and training seconds to ``--heldout-target``, ratios to Dynamic Sampling and GRPO, groups with
+variance per 1,000 rollouts), the plots and a heatmap, into ``<out>/report_results`` (PNGs
+copied to ``docs/img/<config name>_*.png``). ``report --from-runs`` (and ``all``, before it) runs
+the report of ``scripts/report.py`` over ``<out>/*_seed*`` twice (with the
 hindsight oracle derived from Dynamic Sampling's runs, ``lit_rlvr.bench.report.hindsight_oracle``):
 on ``train_prompts/pass@1`` into ``<out>/report`` (PNGs copied to ``docs/img/real_*.png``) and on
 ``heldout_prompts/pass@1`` into ``<out>/report_heldout`` (accuracy plots copied to
@@ -91,8 +97,9 @@ def _default_out(config: str) -> Path:
     return OUT if Path(config).resolve() == CONFIG.resolve() else OUT.with_name(f"bench_real_{Path(config).stem}")
 
 
-def _settings(args, warm: Path | None) -> dict:
-    """What a result file must share with this invocation to count as a finished run of the same grid."""
+def _settings(args, warm: Path | None, strategy: str) -> dict:
+    """What a result file must share with this invocation to count as a finished run of the same grid:
+    the parsed benchmark config, the method's config layers (``method_configs``), budget, spacing, policy."""
     import hashlib
 
     from lit_rlvr.bench.results import file_sha256
@@ -100,8 +107,26 @@ def _settings(args, warm: Path | None) -> dict:
     policy = "config" if warm is None else "warm:" + file_sha256(warm / "model.safetensors")[:16]
     # the parsed config, so that editing its comments does not invalidate finished runs
     parsed = hashlib.sha256(json.dumps(load_config(args.config), sort_keys=True).encode()).hexdigest()[:16]
-    return {"config": Path(args.config).name, "config_sha256": parsed, "budget": args.budget,
-            "eval_every_rollouts": args.eval_every_rollouts, "policy": policy}
+    method = [load_config(layer) for layer in method_configs(args.config, strategy)]
+    method_sha = hashlib.sha256(json.dumps(method, sort_keys=True).encode()).hexdigest()[:16]
+    return {"config": Path(args.config).name, "config_sha256": parsed, "method_sha256": method_sha,
+            "budget": args.budget, "eval_every_rollouts": args.eval_every_rollouts, "policy": policy,
+            **({} if list(args.eval_prompts) == ["train", "val"] else {"eval_prompts": list(args.eval_prompts)})}
+
+
+def method_configs(config: str, strategy: str) -> list[Path]:
+    """The method's config, then the benchmark's override of it if there is one.
+
+    ``configs/methods/<strategy>.yaml`` holds the paper's defaults. A benchmark whose setting
+    makes a default meaningless (ARRoL's 512-token detection window on 12-token answers) puts
+    its override in ``configs/bench/<config name>_methods/<strategy>.yaml``, next to the config,
+    with a comment saying why; the override is part of the settings hash.
+    """
+    method = ROOT / "configs" / "methods" / f"{strategy}.yaml"
+    if not method.is_file():
+        raise SystemExit(f"unknown strategy {strategy!r}: no {method.relative_to(ROOT)}")
+    override = Path(config).resolve().parent / f"{Path(config).stem}_methods" / f"{strategy}.yaml"
+    return [method, override] if override.is_file() else [method]
 
 
 def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, list[str]]:
@@ -113,11 +138,14 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
     """
     import yaml
 
-    method = ROOT / "configs" / "methods" / f"{strategy}.yaml"
-    callbacks = list((load_config(method).get("trainer") or {}).get("callbacks") or [])
+    layers = method_configs(args.config, strategy)
+    callbacks = []
+    for layer in layers:  # a later layer's callback list replaces an earlier one's, as in LightningCLI
+        callbacks = list((load_config(layer).get("trainer") or {}).get("callbacks") or callbacks)
     callbacks += [
         {"class_path": "lit_rlvr.bench.timing.SelectionTimer"},
-        {"class_path": "lit_rlvr.bench.rollout_eval.RolloutEval", "init_args": {"every_n_rollouts": args.eval_every_rollouts}},
+        {"class_path": "lit_rlvr.bench.rollout_eval.RolloutEval",
+         "init_args": {"every_n_rollouts": args.eval_every_rollouts, "prompts": list(args.eval_prompts)}},
         {"class_path": "lit_rlvr.bench.budget.RolloutBudget", "init_args": {"budget": args.budget}},
         {"class_path": "lit_rlvr.bench.recorder.SelectionRecorder"},
     ]
@@ -126,7 +154,10 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
         shutil.rmtree(rd)
     rd.mkdir(parents=True)
     (rd / "budget.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False))
-    argv = ["fit", "--config", str(Path(args.config).resolve()), "--config", str(method), "--config", "budget.yaml",
+    argv = ["fit", "--config", str(Path(args.config).resolve())]
+    for layer in layers:
+        argv += ["--config", str(layer)]
+    argv += ["--config", "budget.yaml",
             "--seed_everything", str(seed), "--model.seed", str(seed), "--data.seed", str(seed)]
     if warm is not None:
         argv += ["--model.policy.name_or_path", str(warm)]
@@ -144,18 +175,18 @@ def run(args) -> None:
     from lit_rlvr.bench.fit_worker import FitPool
 
     from lit_rlvr.bench.report import find_runs
+    from lit_rlvr.bench.result_report import selection_csv_path
     from lit_rlvr.bench.results import is_done, summarize_run, write_result
 
     warm = None if args.no_warm else Path(args.warm).resolve()
     if warm is not None and not (warm / "config.json").is_file():
         raise SystemExit(f"{warm} holds no model: run `python scripts/bench_real.py warmup` first (or --no-warm)")
-    settings = _settings(args, warm)
     results = _results(args)
     todo = []
     for seed in args.seeds:
         for strategy in args.strategies:
             try:
-                done = is_done(results, strategy, seed, settings)
+                done = is_done(results, strategy, seed, _settings(args, warm, strategy))
             except ValueError as e:
                 raise SystemExit(str(e))
             if done:
@@ -188,7 +219,9 @@ def run(args) -> None:
                 print((rd / "fit.log").read_text()[-3000:], flush=True)
                 continue
             (run_,) = find_runs([rd])
-            path = write_result(results, summarize_run(run_.metrics, strategy, seed, settings, seconds))
+            path = write_result(results, summarize_run(run_.metrics, strategy, seed, _settings(args, warm, strategy), seconds))
+            for sel in run_.selection_paths[:1]:  # the heatmap's input, committed beside the result file
+                shutil.copy(sel, selection_csv_path(results, strategy, seed))
             print(f"{name}: wrote {path}", flush=True)
     print(f"all runs: {time.perf_counter() - t_all:.1f} s", flush=True)
     if failed:
@@ -196,7 +229,24 @@ def run(args) -> None:
 
 
 def report(args) -> None:
-    """Two reports over the runs: ``<out>/report`` on the training prompts (``train_prompts/pass@1``)
+    """The report over the result files (default) or, with ``--from-runs``, over the run folders."""
+    if args.from_runs:
+        return report_runs(args)
+    from lit_rlvr.bench.result_report import make_results_report
+
+    results = _results(args)
+    out = Path(args.out) / "report_results"
+    img = ROOT / "docs" / "img" if args.copy_png else None
+    summary = make_results_report(results, out, args.heldout_target, "heldout_prompts/pass@1", args.strategies,
+                                  args.seeds, img_dir=img, img_prefix=f"{Path(args.config).stem}_")
+    print(f"## grid ({results})\n{summary['grid']}")
+    print("## heldout_prompts/pass@1\n" + "\n".join(summary["tables"]))
+    print(f"wrote {', '.join(str(out / f) for f in summary['files'])}"
+          + (f"; PNGs copied to docs/img/{Path(args.config).stem}_*.png" if img else ""))
+
+
+def report_runs(args) -> None:
+    """Two reports over the run folders: ``<out>/report`` on the training prompts (``train_prompts/pass@1``)
     and ``<out>/report_heldout`` on the held-out prompts (``heldout_prompts/pass@1``)."""
     from lit_rlvr.bench.report import make_report
 
@@ -232,6 +282,8 @@ def run_all(args) -> None:
         warmup(args)
     print(f"warm-up done: {time.perf_counter() - t0:.1f} s", flush=True)
     run(args)
+    report_runs(args)  # the tiny model's benchmark reads training-prompt accuracy from the run folders
+    args.from_runs = False
     report(args)
     print(f"all: {time.perf_counter() - t0:.1f} s", flush=True)
 
@@ -258,26 +310,33 @@ def main(argv=None) -> None:
     w.add_argument("--min-mixed-frac", type=float, default=0.125, help="... and this fraction of prompts is mixed")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads of the warm-up")
+    grid = argparse.ArgumentParser(add_help=False)
+    grid.add_argument("--strategies", "--only", dest="strategies", nargs="+", default=STRATEGIES,
+                      help="strategies to run (default: every method once); done ones are skipped")
+    grid.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    grid.add_argument("--results", default=None,
+                      help="result-file folder (default docs/results/bench_real/<config name> for the default --out, else <out>/results)")
     r = argparse.ArgumentParser(add_help=False)
-    r.add_argument("--strategies", "--only", dest="strategies", nargs="+", default=STRATEGIES,
-                   help="strategies to run (default: every method once); done ones are skipped")
-    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--budget", type=int, default=2560, help="cumulative rollouts generated per run")
     r.add_argument("--eval-every-rollouts", type=int, default=256,
                    help="RolloutEval: greedy pass@1 on training and held-out prompts every this many rollouts")
+    r.add_argument("--eval-prompts", nargs="+", choices=["train", "val"], default=["train", "val"],
+                   help="RolloutEval's prompt sets: val alone (the held-out prompts) saves a third of the evaluation time")
     r.add_argument("--jobs", type=int, default=2, help="runs at a time (each with OMP_NUM_THREADS, default 1)")
-    r.add_argument("--results", default=None,
-                   help="result-file folder (default docs/results/bench_real/<config name> for the default --out, else <out>/results)")
     r.add_argument("--no-warm", action="store_true", help="run the config's model.policy, not the warm-up model")
     q = argparse.ArgumentParser(add_help=False)
     q.add_argument("--target", type=float, nargs="+", default=None,
                    help="train_prompts/pass@1 target(s) (default: the best accuracy every run reaches, or 0.01 above the start if none is higher; report.auto_target)")
     q.add_argument("--heldout-target", type=float, nargs="+", default=None, help="heldout_prompts/pass@1 target(s) (default: --target's rule, on the held-out accuracy)")
     q.add_argument("--no-copy-png", dest="copy_png", action="store_false", help="do not copy PNGs to docs/img")
+    q.add_argument("--from-runs", action="store_true",
+                   help="report over the run folders under --out (train and held-out reports, the old layout) "
+                        "instead of the result files (--results)")
     sub.add_parser("warmup", parents=[w], help="supervised warm-up of the tiny policy")
-    sub.add_parser("run", parents=[r], help="GRPO under each strategy and seed, equal rollout budget")
-    sub.add_parser("report", parents=[q], help="scripts/report.py over the runs; PNGs to docs/img/real_*.png")
-    sub.add_parser("all", parents=[w, r, q], help="warmup (unless <warm> exists), run, report")
+    sub.add_parser("run", parents=[grid, r], help="GRPO under each strategy and seed, equal rollout budget")
+    sub.add_parser("report", parents=[q, grid], help="tables and plots from the result files (every cell marked done or missing); "
+                   "--from-runs: scripts/report.py over the run folders")
+    sub.add_parser("all", parents=[w, grid, r, q], help="warmup (unless <warm> exists), run, report")
     args = p.parse_args(argv)
     args.default_out = args.out is None
     args.out = args.out or str(_default_out(args.config))

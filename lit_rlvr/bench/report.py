@@ -446,7 +446,9 @@ def _mean_curve(curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200) 
     return grid, ys.mean(0), ys.std(0, ddof=1) if len(ys) > 1 else np.zeros(len(grid))
 
 
-def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, targets: Sequence[float] = (), x_axis: str = "rollouts") -> None:
+def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, targets: Sequence[float] = (), x_axis: str = "rollouts",
+                  xlabel: Optional[str] = None) -> None:
+    """``metric`` against cumulative rollouts (``x_axis="rollouts"``) or steps, mean ± std over each strategy's seeds."""
     import matplotlib.pyplot as plt
 
     groups = _group(runs)
@@ -470,9 +472,10 @@ def plot_accuracy(runs: Sequence[Run], path: Path, metric: str, targets: Sequenc
         if target is not None and not math.isnan(target):
             ax.axhline(target, color="0.4", linewidth=0.8, linestyle=":")
             ax.text(ax.get_xlim()[0], target, f" target {_fmt_target(target)}", va="bottom", fontsize=8, color="0.3")
-    ax.set_xlabel("cumulative rollouts generated" if x_axis == "rollouts" else "training step")
+    ax.set_xlabel(xlabel or ("cumulative rollouts generated" if x_axis == "rollouts" else "training step"))
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} vs {'rollouts' if x_axis == 'rollouts' else 'steps'} (mean ± std over seeds)")
+    what = xlabel.split(" (")[0] if xlabel else ("rollouts" if x_axis == "rollouts" else "steps")
+    ax.set_title(f"{metric} vs {what} (mean ± std over seeds)")
     _finish_line_plot(fig, ax, path)
 
 

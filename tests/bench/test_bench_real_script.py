@@ -84,3 +84,47 @@ def test_result_folders_are_per_config_and_trials_stay_out_of_docs():
     assert folders(smol) == (ROOT / "runs" / "bench_real_smollm2", ROOT / "docs" / "results" / "bench_real" / "smollm2")
     assert folders(smol, out="/tmp/trial") == (Path("/tmp/trial"), Path("/tmp/trial/results"))
     assert folders(smol, out="/tmp/trial", results="/tmp/r")[1] == Path("/tmp/r")
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "scripts" / "bench_real.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_a_benchmark_override_layers_on_the_method_config_and_changes_its_settings(tmp_path):
+    import argparse
+
+    import pytest
+
+    bench = _bench_module()
+    config = tmp_path / "mybench.yaml"
+    config.write_text((ROOT / "configs" / "bench" / "smollm2.yaml").read_text())
+    assert bench.method_configs(str(config), "arrol") == [ROOT / "configs" / "methods" / "arrol.yaml"]
+    args = argparse.Namespace(config=str(config), budget=64, eval_every_rollouts=64, out=str(tmp_path / "runs"),
+                              eval_prompts=["train", "val"])
+    before = bench._settings(args, None, "arrol")
+    override = tmp_path / "mybench_methods" / "arrol.yaml"
+    override.parent.mkdir()
+    override.write_text("trainer:\n  callbacks:\n    - class_path: lit_rlvr.callbacks.ARRoL\n"
+                        "      init_args: {detect_tokens: 4, cold_start_steps: 3}\n")
+    assert bench.method_configs(str(config), "arrol") == [ROOT / "configs" / "methods" / "arrol.yaml", override]
+    after = bench._settings(args, None, "arrol")
+    assert after["method_sha256"] != before["method_sha256"] and after["config_sha256"] == before["config_sha256"]
+    assert bench._settings(args, None, "grpo")["method_sha256"] != after["method_sha256"]
+    rd, argv = bench._fit_args(args, "arrol", 0, None)
+    assert argv[argv.index(str(override)) - 1] == "--config" and argv.index(str(override)) < argv.index("budget.yaml")
+    # budget.yaml repeats the override's callbacks (the last layer's list), then appends the benchmark's
+    import yaml
+
+    callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
+    assert callbacks[0]["init_args"] == {"detect_tokens": 4, "cold_start_steps": 3}
+    assert [c["class_path"].rsplit(".", 1)[1] for c in callbacks[1:]] == ["SelectionTimer", "RolloutEval", "RolloutBudget", "SelectionRecorder"]
+    assert callbacks[2]["init_args"] == {"every_n_rollouts": 64, "prompts": ["train", "val"]}
+    args.eval_prompts = ["val"]
+    assert bench._settings(args, None, "arrol")["eval_prompts"] == ["val"]  # another grid
+    with pytest.raises(SystemExit, match="unknown strategy"):
+        bench.method_configs(str(config), "nope")

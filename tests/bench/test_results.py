@@ -15,10 +15,10 @@ def _metrics() -> pd.DataFrame:
     nan = math.nan
     rows = [  # an evaluation before training, two training steps of 16 rollouts, an evaluation after each
         {"step": 0, "train_prompts/pass@1": 0.25, "heldout_prompts/pass@1": 0.125, "cumulative/rollouts_generated": 0.0},
-        {"step": 0, "rollouts/generated": 16.0, "cumulative/rollouts_generated": 16.0, "groups/generated": 2.0,
+        {"step": 0, "rollouts/generated": 16.0, "cumulative/rollouts_generated": 16.0, "cumulative/rollouts_effective": 8.0, "groups/generated": 2.0,
          "groups/solve_all": 0.0, "groups/solve_none": 1.0, "time/rollout_s": 1.0, "time/reward_s": 0.5, "time/update_s": 2.0},
         {"step": 0, "train_prompts/pass@1": 0.5, "heldout_prompts/pass@1": 0.25, "cumulative/rollouts_generated": 16.0},
-        {"step": 1, "rollouts/generated": 16.0, "cumulative/rollouts_generated": 32.0, "groups/generated": 2.0,
+        {"step": 1, "rollouts/generated": 16.0, "cumulative/rollouts_generated": 32.0, "cumulative/rollouts_effective": 24.0, "groups/generated": 2.0,
          "groups/solve_all": 0.0, "groups/solve_none": 0.0, "time/rollout_s": 1.0, "time/reward_s": 0.5, "time/update_s": 1.0},
         {"step": 1, "train_prompts/pass@1": 0.75, "heldout_prompts/pass@1": 0.375, "cumulative/rollouts_generated": 32.0},
     ]
@@ -42,6 +42,7 @@ def test_train_seconds_do_not_depend_on_the_csv_row_order():
     res = summarize_run(df, "grpo", 0, SETTINGS, wall_seconds=1.0)
     assert [e["rollouts"] for e in res["evals"]] == [0.0, 16.0, 32.0]
     assert [e["train_seconds"] for e in res["evals"]] == [0.0, 3.5, 6.0]
+    assert [e["rollouts_effective"] for e in res["evals"]] == [0.0, 8.0, 24.0]
     g = res["groups"]
     assert g["groups_generated"] == 4.0 and g["rollouts_generated"] == 32.0
     assert g["with_variance_per_1k_rollouts"] == pytest.approx(1000 * 3 / 32)

@@ -1,0 +1,200 @@
+"""The real-model benchmark's report, from the committed result files alone.
+
+``scripts/bench_real.py run`` leaves one small JSON per finished (strategy, seed)
+(``lit_rlvr.bench.results``), so a grid spread over several sessions is never whole in any one
+run folder. This module turns whatever result files exist into:
+
+- ``grid.md``: strategy × seed, each cell ``done`` or ``missing`` (a requested run with no file);
+- ``table.md`` per target: rollouts to the held-out target (mean ± std over the seeds that have
+  a file) and paired ratios to Dynamic Sampling and GRPO, training seconds to target and its
+  ratio to GRPO, groups with reward variance per 1,000 rollouts, final accuracy;
+- ``accuracy_vs_rollouts.png`` (and ``..._vs_seconds.png``): mean ± std over seeds;
+- ``selection_heatmaps.png`` when result files came with a ``<strategy>_seed<S>.selection.csv``;
+- ``summary.json``.
+
+Each result file becomes a ``lit_rlvr.bench.report.Run`` whose metrics frame holds only its
+evaluation rows (step, cumulative rollouts generated and effective, training seconds, the
+accuracies), so the target rule, the paired ratios and the plots are the same code as the
+report over run folders. The oracle row is Dynamic Sampling in hindsight
+(``report.hindsight_oracle``): DS's evaluations placed at its cumulative *effective* rollouts;
+it needs result files that record ``rollouts_effective`` per evaluation (written since
+2026-12-01, format 1 files of the first GRPO curves lack it).
+
+Time to target is the training seconds (rollout + reward + update, evaluations excluded) at
+which the accuracy first reaches the target, interpolated like the rollouts. The runs of one
+grid may have run at different machine loads: read the seconds as a rough ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from lit_rlvr.bench import report as rep
+from lit_rlvr.bench.results import load_results
+
+__all__ = ["grid_table", "make_results_report", "runs_from_results", "seconds_to_target"]
+
+TRAIN_SECONDS = "bench/train_seconds"
+REFERENCES = ("dynamic_sampling", "grpo")
+
+
+def selection_csv_path(results: str | Path, strategy: str, seed: int) -> Path:
+    """Where ``run`` copies a finished run's ``selection.csv`` beside its result file."""
+    return Path(results) / f"{strategy}_seed{seed}.selection.csv"
+
+
+def _frame(result: dict[str, Any]) -> pd.DataFrame:
+    rows = []
+    for e in result.get("evals", []):
+        row = {"step": e["step"], rep.CUM_GEN: e["rollouts"], TRAIN_SECONDS: e.get("train_seconds")}
+        if e.get("rollouts_effective") is not None:
+            row[rep.CUM_EFF] = e["rollouts_effective"]
+        row.update({k: v for k, v in e.items() if "/" in k})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    return df.astype(float) if len(df) else pd.DataFrame({"step": []})
+
+
+def runs_from_results(results: str | Path) -> list[rep.Run]:
+    """One ``Run`` per result file in ``results`` (name ``<strategy>_seed<S>``)."""
+    runs = []
+    for res in load_results(results):
+        strategy, seed = res["strategy"], int(res["seed"])
+        sel = selection_csv_path(results, strategy, seed)
+        run = rep.Run(f"{strategy}_seed{seed}", strategy, str(seed), _frame(res), [sel] if sel.is_file() else [])
+        run.result = res  # type: ignore[attr-defined]  # the file itself, for the group and wall-time columns
+        runs.append(run)
+    return runs
+
+
+def seconds_to_target(run: rep.Run, target: float, metric: str) -> float:
+    """Training seconds when ``metric`` first reaches ``target`` (linear between evaluations); NaN if never."""
+    df = run.metrics
+    if metric not in df or TRAIN_SECONDS not in df:
+        return math.nan
+    d = df[[metric, TRAIN_SECONDS]].dropna()
+    return rep.rollouts_to_target(d[TRAIN_SECONDS].to_numpy(float), d[metric].to_numpy(float), target)
+
+
+def grid_table(runs: Sequence[rep.Run], strategies: Sequence[str], seeds: Sequence[int]) -> str:
+    """Markdown: requested strategies (rows, plus any other that has files) × seeds, ``done`` / ``missing``."""
+    have = {(r.strategy, r.seed) for r in runs}
+    names = list(strategies) + sorted({r.strategy for r in runs} - set(strategies))
+    seeds = sorted(set(int(s) for s in seeds) | {int(r.seed) for r in runs})
+    lines = ["| strategy | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]
+    for n in names:
+        lines.append(f"| {n} | " + " | ".join("done" if (n, str(s)) in have else "**missing**" for s in seeds) + " |")
+    missing = sum((n, str(s)) not in have for n in names for s in seeds)
+    lines.append("")
+    lines.append(f"{len(have)} result files; {missing} requested cells missing." if missing else f"{len(have)} result files; none missing.")
+    return "\n".join(lines) + "\n"
+
+
+def _variance_per_1k(run: rep.Run) -> float:
+    v = getattr(run, "result", {}).get("groups", {}).get("with_variance_per_1k_rollouts")
+    return math.nan if v is None else float(v)
+
+
+def results_table(runs: Sequence[rep.Run], target: float, metric: str, order: Sequence[str] = ()) -> tuple[str, dict[str, Any]]:
+    """The benchmark table at one target and the per-strategy numbers behind it."""
+    summary = rep.summarize(runs, target, metric, REFERENCES)
+    target = summary["target"]
+    per_time = {}
+    for r in runs:
+        per_time.setdefault(r.strategy, {})[r.seed] = seconds_to_target(r, target, metric)
+    per_var = {}
+    for r in runs:
+        per_var.setdefault(r.strategy, {})[r.seed] = _variance_per_1k(r)
+    strategies = summary["strategies"]
+    for name, e in strategies.items():
+        e["seconds_to_target"] = rep._stat(list(per_time[name].values()))
+        if "grpo" in per_time:
+            e["seconds_vs_grpo"] = rep._stat(rep._relative(per_time[name], per_time["grpo"]))
+        e["variance_per_1k"] = rep._stat(list(per_var[name].values()))
+    names = [n for n in order if n in strategies] + sorted(
+        (n for n in strategies if n not in order),
+        key=lambda n: (math.isnan(strategies[n]["rollouts_to_target"]["mean"]), strategies[n]["rollouts_to_target"]["mean"]))
+    refs = [r for r in REFERENCES if r in strategies]
+    head = ["strategy", "seeds", f"rollouts to ≥ {rep._fmt_target(target)}"] + [f"× {r}" for r in refs]
+    head += ["train s to target", "× grpo (time)", "groups with variance / 1k rollouts", "final accuracy"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for n in names:
+        e = strategies[n]
+        reach = rep._pm(e["rollouts_to_target"], "", count=True)
+        if e["reached"] < e["runs"]:
+            reach += f" ({e['reached']}/{e['runs']} reached)"
+        label = f"{n} (limit, hindsight)" if n == summary.get("oracle") else n
+        row = [label, str(e["runs"]), reach] + [rep._pm(e.get(f"vs_{r}"), ".2f") for r in refs]
+        oracle = n == summary.get("oracle")  # its seconds and groups are Dynamic Sampling's own
+        row += ["–" if oracle else rep._pm(e["seconds_to_target"], ".0f"), "–" if oracle else rep._pm(e.get("seconds_vs_grpo"), ".2f"),
+                "–" if oracle else rep._pm(e["variance_per_1k"], ".1f"), rep._pm(e["final_accuracy"], ".3f")]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", f"{metric}: rollouts to target are the cumulative rollouts generated when it first reaches "
+              f"{rep._fmt_target(target)} (linear between evaluations), mean ± std over seeds; × columns are per-seed "
+              "ratios on the same seed (lower is better); a run that never reaches the target is left out of its "
+              "strategy's mean and counted in '(k/n reached)'. Train seconds: rollout + reward + update up to the "
+              "target, evaluations excluded."]
+    return "\n".join(lines) + "\n", summary
+
+
+def make_results_report(results: str | Path, out_dir: str | Path, targets: Optional[Sequence[float]] = None,
+                        metric: str = "heldout_prompts/pass@1", strategies: Sequence[str] = (),
+                        seeds: Sequence[int] = (0, 1, 2), img_dir: Optional[str | Path] = None,
+                        img_prefix: str = "real_") -> dict[str, Any]:
+    """Write ``grid.md``, ``table.md``, the plots and ``summary.json`` into ``out_dir`` from ``results``.
+
+    ``targets`` None: ``report.auto_target`` over the runs (the best accuracy every run reaches).
+    ``img_dir``: also copy the PNGs there as ``<img_prefix><name>.png`` (docs/img).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    runs = runs_from_results(results)
+    if not runs:
+        raise FileNotFoundError(f"no result files (*_seed*.json) in {results}: run `bench_real.py run` first")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    grid = grid_table(runs, strategies, seeds)
+    (out / "grid.md").write_text(grid)
+    derived = rep.hindsight_oracle(runs, "dynamic_sampling", "oracle")
+    all_runs = runs + derived
+    tables, summaries = [], []
+    for t in (list(targets) if targets else [None]):
+        table, summary = results_table(all_runs, t, metric, order=list(strategies))
+        tables.append(table)
+        summaries.append(summary)
+    (out / "table.md").write_text("\n".join(tables))
+    lines = [s["target"] for s in summaries]
+    files = ["grid.md", "table.md"]
+    rep.plot_accuracy(all_runs, out / "accuracy_vs_rollouts.png", metric, lines, "rollouts")
+    _plot_vs_seconds(runs, out / "accuracy_vs_seconds.png", metric, lines)
+    files += ["accuracy_vs_rollouts.png", "accuracy_vs_seconds.png"]
+    if rep.plot_selection_heatmaps(runs, out / "selection_heatmaps.png"):
+        files.append("selection_heatmaps.png")
+    (out / "summary.json").write_text(json.dumps(rep._jsonable(summaries), indent=1))
+    files.append("summary.json")
+    if img_dir is not None:
+        Path(img_dir).mkdir(parents=True, exist_ok=True)
+        for f in files:
+            if f.endswith(".png"):
+                shutil.copy(out / f, Path(img_dir) / f"{img_prefix}{f}")
+    return {"grid": grid, "tables": tables, "summaries": summaries, "files": files, "runs": len(runs)}
+
+
+def _plot_vs_seconds(runs: Sequence[rep.Run], path: Path, metric: str, targets: Sequence[float]) -> None:
+    """Accuracy against training seconds, mean ± std over seeds (the time axis of GRESO's headline)."""
+    timed = []
+    for r in runs:
+        df = r.metrics.copy()
+        if TRAIN_SECONDS in df:
+            df[rep.CUM_GEN] = df[TRAIN_SECONDS]  # plot_accuracy's x values are CUM_GEN: put the seconds there
+            timed.append(rep.Run(r.name, r.strategy, r.seed, df))
+    rep.plot_accuracy(timed, path, metric, targets, "rollouts",
+                      xlabel="training seconds (rollout + reward + update; evaluations excluded)")
