@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> dict:
     summary["seeds"] = seeds
     summary["wall_seconds"] = {"total": round(total, 1), "per_run": walls}
     summary["machine"] = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
-    from lit_rlvr.bench.report import _jsonable
+    from lit_rlvr.bench.stats import jsonable
 
-    (out / "summary.json").write_text(json.dumps(_jsonable(summary), indent=1))
+    (out / "summary.json").write_text(json.dumps(jsonable(summary), indent=1))
     for s in summaries:
         print(markdown_table(s))
     print(f"total wall time {total:.1f}s; wrote {out / 'summary.json'}")

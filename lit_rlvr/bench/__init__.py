@@ -7,7 +7,8 @@
 * ``recorder``: ``SelectionRecorder``, a side-effect-free callback that writes every
   prompt's per-step outcome (skipped, unused, easy, hard, effective) to a CSV.
 * ``report``: turns the logs of any runs (simulated or real ``lit-rlvr fit`` runs)
-  into PNG plots and a markdown table.
+  into PNG plots and a markdown table; ``result_report`` does the same from result files.
+* ``stats``: the mean ± std over seeds, paired ratios and number formatting the reports share.
 
 Commands: ``python scripts/simulate.py --out runs/sim`` and
 ``python scripts/report.py runs/sim --out docs/img``; see docs/benchmarks.md.

@@ -33,11 +33,11 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import numpy as np
 import pandas as pd
 
 from lit_rlvr.bench import report as rep
 from lit_rlvr.bench.results import load_results
+from lit_rlvr.bench.stats import fmt_target, jsonable, paired_ratios, pm, stat
 
 __all__ = ["grid_table", "make_results_report", "runs_from_results", "seconds_to_target"]
 
@@ -114,30 +114,30 @@ def results_table(runs: Sequence[rep.Run], target: float, metric: str, order: Se
         per_var.setdefault(r.strategy, {})[r.seed] = _variance_per_1k(r)
     strategies = summary["strategies"]
     for name, e in strategies.items():
-        e["seconds_to_target"] = rep._stat(list(per_time[name].values()))
+        e["seconds_to_target"] = stat(list(per_time[name].values()))
         if "grpo" in per_time:
-            e["seconds_vs_grpo"] = rep._stat(rep._relative(per_time[name], per_time["grpo"]))
-        e["variance_per_1k"] = rep._stat(list(per_var[name].values()))
+            e["seconds_vs_grpo"] = stat(paired_ratios(per_time[name], per_time["grpo"]))
+        e["variance_per_1k"] = stat(list(per_var[name].values()))
     names = [n for n in order if n in strategies] + sorted(
         (n for n in strategies if n not in order),
         key=lambda n: (math.isnan(strategies[n]["rollouts_to_target"]["mean"]), strategies[n]["rollouts_to_target"]["mean"]))
     refs = [r for r in REFERENCES if r in strategies]
-    head = ["strategy", "seeds", f"rollouts to ≥ {rep._fmt_target(target)}"] + [f"× {r}" for r in refs]
+    head = ["strategy", "seeds", f"rollouts to ≥ {fmt_target(target)}"] + [f"× {r}" for r in refs]
     head += ["train s to target", "× grpo (time)", "groups with variance / 1k rollouts", "final accuracy"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for n in names:
         e = strategies[n]
-        reach = rep._pm(e["rollouts_to_target"], "", count=True)
+        reach = pm(e["rollouts_to_target"], "", count=True)
         if e["reached"] < e["runs"]:
             reach += f" ({e['reached']}/{e['runs']} reached)"
         label = f"{n} (limit, hindsight)" if n == summary.get("oracle") else n
-        row = [label, str(e["runs"]), reach] + [rep._pm(e.get(f"vs_{r}"), ".2f") for r in refs]
+        row = [label, str(e["runs"]), reach] + [pm(e.get(f"vs_{r}"), ".2f") for r in refs]
         oracle = n == summary.get("oracle")  # its seconds and groups are Dynamic Sampling's own
-        row += ["–" if oracle else rep._pm(e["seconds_to_target"], ".0f"), "–" if oracle else rep._pm(e.get("seconds_vs_grpo"), ".2f"),
-                "–" if oracle else rep._pm(e["variance_per_1k"], ".1f"), rep._pm(e["final_accuracy"], ".3f")]
+        row += ["–" if oracle else pm(e["seconds_to_target"], ".0f"), "–" if oracle else pm(e.get("seconds_vs_grpo"), ".2f"),
+                "–" if oracle else pm(e["variance_per_1k"], ".1f"), pm(e["final_accuracy"], ".3f")]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", f"{metric}: rollouts to target are the cumulative rollouts generated when it first reaches "
-              f"{rep._fmt_target(target)} (linear between evaluations), mean ± std over seeds; × columns are per-seed "
+              f"{fmt_target(target)} (linear between evaluations), mean ± std over seeds; × columns are per-seed "
               "ratios on the same seed (lower is better); a run that never reaches the target is left out of its "
               "strategy's mean and counted in '(k/n reached)'. Train seconds: rollout + reward + update up to the "
               "target, evaluations excluded."]
@@ -178,7 +178,7 @@ def make_results_report(results: str | Path, out_dir: str | Path, targets: Optio
     files += ["accuracy_vs_rollouts.png", "accuracy_vs_seconds.png"]
     if rep.plot_selection_heatmaps(runs, out / "selection_heatmaps.png"):
         files.append("selection_heatmaps.png")
-    (out / "summary.json").write_text(json.dumps(rep._jsonable(summaries), indent=1))
+    (out / "summary.json").write_text(json.dumps(jsonable(summaries), indent=1))
     files.append("summary.json")
     if img_dir is not None:
         Path(img_dir).mkdir(parents=True, exist_ok=True)

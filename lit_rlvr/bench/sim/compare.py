@@ -22,9 +22,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from lit_rlvr.bench.report import Run, _fmt_count, _jsonable, _relative, _stat, auto_target, rollouts_to_target, summarize
+from lit_rlvr.bench.report import Run, auto_target, rollouts_to_target, summarize
 from lit_rlvr.bench.sim.config import SimConfig
 from lit_rlvr.bench.sim.run import SimResult, simulate
+from lit_rlvr.bench.stats import fmt_count, jsonable, paired_ratios, stat
 
 __all__ = ["compare_signals", "rank", "signals_table", "tokens_to_target"]
 
@@ -86,9 +87,9 @@ def compare_signals(
         for r in rs:
             tokens.setdefault(r.strategy, {})[str(r.seed)] = tokens_to_target(r, target, cfg.completion_tokens)
         for name, entry in summary["strategies"].items():
-            entry["tokens_to_target"] = _stat(list(tokens[name].values()))
+            entry["tokens_to_target"] = stat(list(tokens[name].values()))
             if "grpo" in tokens:
-                entry["tokens_vs_grpo"] = _stat(_relative(tokens[name], tokens["grpo"]))
+                entry["tokens_vs_grpo"] = stat(paired_ratios(tokens[name], tokens["grpo"]))
         ranked = {n: e["rollouts_to_target"]["mean"] for n, e in summary["strategies"].items() if n != "oracle"}
         complete = {n: summary["strategies"][n]["reached"] == summary["strategies"][n]["runs"] for n in ranked}
         for n, k in rank(ranked, complete).items():
@@ -98,7 +99,7 @@ def compare_signals(
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         (Path(out_dir) / "signals.md").write_text(out["table"] + "\n")
-        (Path(out_dir) / "signals.json").write_text(json.dumps(_jsonable(out), indent=1))
+        (Path(out_dir) / "signals.json").write_text(json.dumps(jsonable(out), indent=1))
     return out
 
 
@@ -113,7 +114,7 @@ def _count(entry: dict[str, Any]) -> str:
     s = entry["rollouts_to_target"]
     if s["n"] == 0:
         return f"– (0/{entry['runs']})"
-    text = _fmt_count(s["mean"])
+    text = fmt_count(s["mean"])
     return text + (f" ({entry['reached']}/{entry['runs']})" if entry["reached"] < entry["runs"] else "")
 
 

@@ -1,0 +1,58 @@
+"""Plots and a table from the logs of any runs: simulated (``scripts/simulate.py``) or real (``lit-rlvr fit``).
+
+A run is a directory holding ``csv/version_*/metrics.csv`` (Lightning's CSVLogger with
+``name: csv``; ``lightning_logs/version_*`` and bare ``version_*`` work too). Versions of
+one run directory are merged in version order (a resumed fit writes a new version that
+continues the step count; for a step logged twice the later version wins). Runs are
+grouped into strategies by directory name: ``<strategy>/seed<k>/`` (the simulator's
+layout) or ``<strategy>[_-]seed<k>/``; any other run directory is a strategy of its own.
+
+What is read (the trainer's column names): ``cumulative/rollouts_generated``,
+``cumulative/rollouts_effective``, ``rollouts/generated``, ``rollouts/effective_ratio``,
+the accuracy metric (``val/pass@1`` by default; each validation is placed at the
+cumulative rollouts of the last training step at or before it), ``time/selection_ms``
+(simulator only) and ``selection.csv`` beside ``metrics.csv`` (``SelectionRecorder``).
+
+Outputs (``make_report``): ``accuracy_vs_rollouts.png``, ``accuracy_vs_steps.png``,
+``effective_ratio.png``, ``rollouts_per_step.png``, ``selection_heatmaps.png`` (when any
+run has a ``selection.csv``), ``table.md`` and ``summary.json``.
+
+Modules, one job each: ``runs`` (``Run``, ``find_runs``, ``hindsight_oracle``), ``numbers``
+(accuracy curves, rollouts to target, ``auto_target``, ``summarize``, groups with variance),
+``tables`` (markdown), ``plots`` (line plots), ``heatmaps`` (selection heatmaps) and ``make``
+(``make_report``); the statistics and formatting they share are ``lit_rlvr.bench.stats``.
+Every name is importable from ``lit_rlvr.bench.report`` itself.
+"""
+
+from lit_rlvr.bench.report.heatmaps import STATUS_CODES, STATUS_COLORS, load_selection, plot_selection_heatmaps, selection_matrix
+from lit_rlvr.bench.report.make import make_report
+from lit_rlvr.bench.report.numbers import (GROUP_COLUMNS, accuracy_curve, auto_target, rollouts_to_target, summarize,
+                                           variance_groups_per_1k)
+from lit_rlvr.bench.report.plots import plot_accuracy, plot_per_step
+from lit_rlvr.bench.report.runs import CUM_EFF, CUM_GEN, Run, by_strategy, find_runs, hindsight_oracle
+from lit_rlvr.bench.report.tables import markdown_table, variance_groups_table
+
+# the former private helpers, now public in lit_rlvr.bench.stats: kept under their old names for old imports
+from lit_rlvr.bench.stats import fmt_count as _fmt_count
+from lit_rlvr.bench.stats import fmt_target as _fmt_target
+from lit_rlvr.bench.stats import jsonable as _jsonable
+from lit_rlvr.bench.stats import mean_std as _mean_std
+from lit_rlvr.bench.stats import paired_ratios as _relative
+from lit_rlvr.bench.stats import pm as _pm
+from lit_rlvr.bench.stats import stat as _stat
+
+__all__ = [
+    "Run",
+    "accuracy_curve",
+    "find_runs",
+    "hindsight_oracle",
+    "make_report",
+    "markdown_table",
+    "rollouts_to_target",
+    "summarize",
+]
+
+_REEXPORTED = (STATUS_CODES, STATUS_COLORS, load_selection, plot_selection_heatmaps, selection_matrix, GROUP_COLUMNS,
+               auto_target, variance_groups_per_1k, plot_accuracy, plot_per_step, CUM_EFF, CUM_GEN, by_strategy,
+               variance_groups_table, _fmt_count, _fmt_target, _jsonable, _mean_std, _relative, _pm, _stat)
+"""Importable from here beyond ``__all__`` (as before the split); named so pyflakes sees them used."""
