@@ -202,7 +202,8 @@ def run(args) -> None:
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
     failed = []
     t_all = time.perf_counter()
-    with FitPool(args.jobs, threads=int(os.environ.get("OMP_NUM_THREADS", "1"))) as pool:
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    with FitPool(args.jobs, threads=threads) as pool:
         futures = {}
         for strategy, seed in todo:
             rd, argv = _fit_args(args, strategy, seed, warm)
@@ -219,7 +220,10 @@ def run(args) -> None:
                 print((rd / "fit.log").read_text()[-3000:], flush=True)
                 continue
             (run_,) = find_runs([rd])
-            path = write_result(results, summarize_run(run_.metrics, strategy, seed, _settings(args, warm, strategy), seconds))
+            result = summarize_run(run_.metrics, strategy, seed, _settings(args, warm, strategy), seconds)
+            result["torch_threads"] = threads  # seconds compare only at equal threads (not part of the settings)
+            result["jobs"] = args.jobs
+            path = write_result(results, result)
             for sel in run_.selection_paths[:1]:  # the heatmap's input, committed beside the result file
                 shutil.copy(sel, selection_csv_path(results, strategy, seed))
             print(f"{name}: wrote {path}", flush=True)
