@@ -65,8 +65,28 @@ def run_fit(run_dir: str | Path, argv: Sequence[str], log_name: str = "fit.log")
     return rc, time.perf_counter() - t0
 
 
-def _init_worker(threads: int) -> None:
-    """Worker initializer: set the thread count before torch loads, and pay the imports once."""
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGKILL this worker when the process that started it dies.
+
+    Without it, killing a benchmark (``kill <pid>``, not Ctrl-C on the whole process group) leaves
+    its workers running their fits: Lightning catches SIGTERM to checkpoint, and the orphans go on
+    writing into run folders that a restarted benchmark has already cleared and reused.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request was in place
+        os._exit(1)
+
+
+def _init_worker(threads: int, parent: int) -> None:
+    """Worker initializer: die with the parent, set the thread count before torch loads, pay the imports once."""
+    _die_with_parent(parent)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
 
@@ -82,7 +102,7 @@ class FitPool:
 
     def __init__(self, jobs: int, threads: int = 1):
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_init_worker, initargs=(threads,))
+                                         initializer=_init_worker, initargs=(threads, os.getpid()))
 
     def submit(self, run_dir: str | Path, argv: Sequence[str]) -> Future:
         """A future of ``run_fit(run_dir, argv)``'s (exit status, seconds)."""

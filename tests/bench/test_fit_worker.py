@@ -5,6 +5,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from lit_rlvr.bench.fit_worker import FitPool, run_fit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,3 +53,41 @@ def test_pool_runs_fits_in_workers(tmp_path):
     assert results["ok"][0] == 0, (tmp_path / "ok" / "fit.log").read_text()[-2000:]
     assert _metrics(tmp_path / "ok")
     assert results["bad"][0] != 0 and "max_steps" in (tmp_path / "bad" / "fit.log").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_workers_die_with_the_benchmark_process(tmp_path):
+    # a benchmark killed with `kill <pid>` must not leave its workers running fits into reused run folders
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from lit_rlvr.bench.fit_worker import FitPool\n"
+        "if __name__ == '__main__':  # spawned workers re-import this file\n"
+        "    pool = FitPool(1)\n"
+        "    print(pool._pool.submit(os.getpid).result(), flush=True)\n"
+        "    pool._pool.submit(time.sleep, 120)\n"
+        "    time.sleep(120)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        worker = int(parent.stdout.readline())
+        os.kill(worker, 0)  # alive
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:  # gone, or a zombie waiting for init to reap it
+                if Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            except (FileNotFoundError, ProcessLookupError):
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            pytest.fail("the worker outlived its parent")
+    finally:
+        parent.kill()
