@@ -182,11 +182,12 @@ def run(args) -> None:
     if warm is not None and not (warm / "config.json").is_file():
         raise SystemExit(f"{warm} holds no model: run `python scripts/bench_real.py warmup` first (or --no-warm)")
     results = _results(args)
+    settings = {s: _settings(args, warm, s) for s in args.strategies}  # each reads and hashes its configs once
     todo = []
     for seed in args.seeds:
         for strategy in args.strategies:
             try:
-                done = is_done(results, strategy, seed, _settings(args, warm, strategy))
+                done = is_done(results, strategy, seed, settings[strategy])
             except ValueError as e:
                 raise SystemExit(str(e))
             if done:
@@ -220,7 +221,7 @@ def run(args) -> None:
                 print((rd / "fit.log").read_text()[-3000:], flush=True)
                 continue
             (run_,) = find_runs([rd])
-            result = summarize_run(run_.metrics, strategy, seed, _settings(args, warm, strategy), seconds)
+            result = summarize_run(run_.metrics, strategy, seed, settings[strategy], seconds)
             result["torch_threads"] = threads  # seconds compare only at equal threads (not part of the settings)
             result["jobs"] = args.jobs
             path = write_result(results, result)

@@ -106,11 +106,9 @@ def results_table(runs: Sequence[rep.Run], target: float, metric: str, order: Se
     """The benchmark table at one target and the per-strategy numbers behind it."""
     summary = rep.summarize(runs, target, metric, REFERENCES)
     target = summary["target"]
-    per_time = {}
+    per_time, per_var = {}, {}
     for r in runs:
         per_time.setdefault(r.strategy, {})[r.seed] = seconds_to_target(r, target, metric)
-    per_var = {}
-    for r in runs:
         per_var.setdefault(r.strategy, {})[r.seed] = _variance_per_1k(r)
     strategies = summary["strategies"]
     for name, e in strategies.items():

@@ -1,11 +1,6 @@
 """Plots and a table from the logs of any runs: simulated (``scripts/simulate.py``) or real (``lit-rlvr fit``).
 
-A run is a directory holding ``csv/version_*/metrics.csv`` (Lightning's CSVLogger with
-``name: csv``; ``lightning_logs/version_*`` and bare ``version_*`` work too). Versions of
-one run directory are merged in version order (a resumed fit writes a new version that
-continues the step count; for a step logged twice the later version wins). Runs are
-grouped into strategies by directory name: ``<strategy>/seed<k>/`` (the simulator's
-layout) or ``<strategy>[_-]seed<k>/``; any other run directory is a strategy of its own.
+Runs and how they are found and grouped: ``lit_rlvr.bench.report.runs``.
 
 What is read (the trainer's column names): ``cumulative/rollouts_generated``,
 ``cumulative/rollouts_effective``, ``rollouts/generated``, ``rollouts/effective_ratio``,
