@@ -246,6 +246,7 @@ def report(args) -> None:
                                   args.seeds, img_dir=img, img_prefix=f"{Path(args.config).stem}_")
     print(f"## grid ({results})\n{summary['grid']}")
     print("## heldout_prompts/pass@1\n" + "\n".join(summary["tables"]))
+    print("## equal optimizer steps, recurrence\n" + summary["steps"])
     print(f"wrote {', '.join(str(out / f) for f in summary['files'])}"
           + (f"; PNGs copied to docs/img/{Path(args.config).stem}_*.png" if img else ""))
 

@@ -8,6 +8,8 @@ run folder. This module turns whatever result files exist into:
 - ``table.md`` per target: rollouts to the held-out target (mean ± std over the seeds that have
   a file) and paired ratios to Dynamic Sampling and GRPO, training seconds to target and its
   ratio to GRPO, groups with reward variance per 1,000 rollouts, final accuracy;
+- ``steps.md``: accuracy at equal optimizer steps and how often each prompt recurred
+  (``lit_rlvr.bench.step_readouts``);
 - ``accuracy_vs_rollouts.png`` (and ``..._vs_seconds.png``): mean ± std over seeds;
 - ``selection_heatmaps.png`` when result files came with a ``<strategy>_seed<S>.selection.csv``;
 - ``summary.json``.
@@ -37,6 +39,7 @@ import pandas as pd
 
 from lit_rlvr.bench import report as rep
 from lit_rlvr.bench.results import load_results
+from lit_rlvr.bench.step_readouts import steps_table
 from lit_rlvr.bench.stats import fmt_target, jsonable, paired_ratios, pm, stat
 
 __all__ = ["grid_table", "make_results_report", "runs_from_results", "seconds_to_target"]
@@ -68,9 +71,8 @@ def runs_from_results(results: str | Path) -> list[rep.Run]:
     for res in load_results(results):
         strategy, seed = res["strategy"], int(res["seed"])
         sel = selection_csv_path(results, strategy, seed)
-        run = rep.Run(f"{strategy}_seed{seed}", strategy, str(seed), _frame(res), [sel] if sel.is_file() else [])
-        run.result = res  # type: ignore[attr-defined]  # the file itself, for the group and wall-time columns
-        runs.append(run)
+        runs.append(rep.Run(f"{strategy}_seed{seed}", strategy, str(seed), _frame(res),
+                            [sel] if sel.is_file() else [], result=res))
     return runs
 
 
@@ -98,7 +100,7 @@ def grid_table(runs: Sequence[rep.Run], strategies: Sequence[str], seeds: Sequen
 
 
 def _variance_per_1k(run: rep.Run) -> float:
-    v = getattr(run, "result", {}).get("groups", {}).get("with_variance_per_1k_rollouts")
+    v = run.result.get("groups", {}).get("with_variance_per_1k_rollouts")
     return math.nan if v is None else float(v)
 
 
@@ -169,21 +171,24 @@ def make_results_report(results: str | Path, out_dir: str | Path, targets: Optio
         tables.append(table)
         summaries.append(summary)
     (out / "table.md").write_text("\n".join(tables))
+    steps, steps_numbers = steps_table(runs, metric, order=list(strategies))
+    (out / "steps.md").write_text(steps)
     lines = [s["target"] for s in summaries]
-    files = ["grid.md", "table.md"]
+    files = ["grid.md", "table.md", "steps.md"]
     rep.plot_accuracy(all_runs, out / "accuracy_vs_rollouts.png", metric, lines, "rollouts")
     _plot_vs_seconds(runs, out / "accuracy_vs_seconds.png", metric, lines)
     files += ["accuracy_vs_rollouts.png", "accuracy_vs_seconds.png"]
     if rep.plot_selection_heatmaps(runs, out / "selection_heatmaps.png"):
         files.append("selection_heatmaps.png")
-    (out / "summary.json").write_text(json.dumps(jsonable(summaries), indent=1))
+    (out / "summary.json").write_text(json.dumps(jsonable({"targets": summaries, "equal_steps": steps_numbers}), indent=1))
     files.append("summary.json")
     if img_dir is not None:
         Path(img_dir).mkdir(parents=True, exist_ok=True)
         for f in files:
             if f.endswith(".png"):
                 shutil.copy(out / f, Path(img_dir) / f"{img_prefix}{f}")
-    return {"grid": grid, "tables": tables, "summaries": summaries, "files": files, "runs": len(runs)}
+    return {"grid": grid, "tables": tables, "summaries": summaries, "steps": steps, "steps_numbers": steps_numbers,
+            "files": files, "runs": len(runs)}
 
 
 def _plot_vs_seconds(runs: Sequence[rep.Run], path: Path, metric: str, targets: Sequence[float]) -> None:

@@ -27,15 +27,6 @@ from lit_rlvr.bench.report.plots import plot_accuracy, plot_per_step
 from lit_rlvr.bench.report.runs import CUM_EFF, CUM_GEN, Run, by_strategy, find_runs, hindsight_oracle
 from lit_rlvr.bench.report.tables import markdown_table, variance_groups_table
 
-# the former private helpers, now public in lit_rlvr.bench.stats: kept under their old names for old imports
-from lit_rlvr.bench.stats import fmt_count as _fmt_count
-from lit_rlvr.bench.stats import fmt_target as _fmt_target
-from lit_rlvr.bench.stats import jsonable as _jsonable
-from lit_rlvr.bench.stats import mean_std as _mean_std
-from lit_rlvr.bench.stats import paired_ratios as _relative
-from lit_rlvr.bench.stats import pm as _pm
-from lit_rlvr.bench.stats import stat as _stat
-
 __all__ = [
     "Run",
     "accuracy_curve",
@@ -49,5 +40,5 @@ __all__ = [
 
 _REEXPORTED = (STATUS_CODES, STATUS_COLORS, load_selection, plot_selection_heatmaps, selection_matrix, GROUP_COLUMNS,
                auto_target, variance_groups_per_1k, plot_accuracy, plot_per_step, CUM_EFF, CUM_GEN, by_strategy,
-               variance_groups_table, _fmt_count, _fmt_target, _jsonable, _mean_std, _relative, _pm, _stat)
-"""Importable from here beyond ``__all__`` (as before the split); named so pyflakes sees them used."""
+               variance_groups_table)
+"""Importable from here beyond ``__all__``; named so pyflakes sees them used."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
@@ -28,13 +28,18 @@ _SEED_SUFFIX = re.compile(r"^(.*?)[_-]seed[_-]?(\d+)$")
 
 @dataclass
 class Run:
-    """One run's logs: its strategy, seed label, metrics and optional selection records."""
+    """One run's logs: its strategy, seed label, metrics and optional selection records.
+
+    ``result``: the benchmark result file the run was read from (``lit_rlvr.bench.results``;
+    empty for a run folder), for the numbers a metrics frame does not hold (group totals).
+    """
 
     name: str
     strategy: str
     seed: str
     metrics: pd.DataFrame
     selection_paths: list[Path] = field(default_factory=list)
+    result: dict[str, Any] = field(default_factory=dict)
 
     def column(self, name: str) -> pd.Series:
         """Non-empty values of ``name`` indexed by step (the last one for a repeated step)."""

@@ -1,7 +1,6 @@
 """``lit_rlvr.bench.report`` still exports every name it did as one module, and the report's CLI script imports."""
 
 import lit_rlvr.bench.report as rep
-from lit_rlvr.bench import stats
 
 USED_ELSEWHERE = [  # result_report.py, sim/compare.py, scripts/ and docs
     "CUM_EFF", "CUM_GEN", "GROUP_COLUMNS", "Run", "STATUS_CODES", "STATUS_COLORS", "accuracy_curve", "auto_target",
@@ -17,8 +16,3 @@ def test_the_package_re_exports_every_name():
     missing = [n for n in USED_ELSEWHERE if not hasattr(rep, n)]
     assert not missing
 
-
-def test_the_former_private_helpers_are_the_public_stats():
-    assert rep._stat is stats.stat and rep._relative is stats.paired_ratios and rep._mean_std is stats.mean_std
-    assert rep._fmt_count is stats.fmt_count and rep._fmt_target is stats.fmt_target
-    assert rep._pm is stats.pm and rep._jsonable is stats.jsonable
