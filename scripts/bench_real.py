@@ -115,18 +115,32 @@ def _settings(args, warm: Path | None, strategy: str) -> dict:
 
 
 def method_configs(config: str, strategy: str) -> list[Path]:
-    """The method's config, then the benchmark's override of it if there is one.
+    """The method's config, then the benchmark's override of it if there is one, then a variant's file.
 
     ``configs/methods/<strategy>.yaml`` holds the paper's defaults. A benchmark whose setting
     makes a default meaningless (ARRoL's 512-token detection window on 12-token answers) puts
     its override in ``configs/bench/<config name>_methods/<strategy>.yaml``, next to the config,
     with a comment saying why; the override is part of the settings hash.
+
+    A strategy named ``<method>+<variant>`` (``leeps+refresh5``) is a labelled variant for an
+    ablation: the method's layers, then ``configs/bench/<config name>_methods/<method>+<variant>.yaml``,
+    which must exist. Its cells, result files and table rows carry the full name, so a variant is
+    never mistaken for the method at its defaults.
     """
-    method = ROOT / "configs" / "methods" / f"{strategy}.yaml"
+    method_name, plus, _ = strategy.partition("+")
+    method = ROOT / "configs" / "methods" / f"{method_name}.yaml"
     if not method.is_file():
         raise SystemExit(f"unknown strategy {strategy!r}: no {method.relative_to(ROOT)}")
-    override = Path(config).resolve().parent / f"{Path(config).stem}_methods" / f"{strategy}.yaml"
-    return [method, override] if override.is_file() else [method]
+    bench_dir = Path(config).resolve().parent / f"{Path(config).stem}_methods"
+    override = bench_dir / f"{method_name}.yaml"
+    layers = [method, override] if override.is_file() else [method]
+    if plus:
+        variant = bench_dir / f"{strategy}.yaml"
+        if not variant.is_file():
+            raise SystemExit(f"unknown variant {strategy!r}: no {variant}; a variant <method>+<name> needs "
+                             f"{bench_dir.name}/<method>+<name>.yaml next to {Path(config).name}")
+        layers.append(variant)
+    return layers
 
 
 def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, list[str]]:

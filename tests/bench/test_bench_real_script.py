@@ -128,3 +128,32 @@ def test_a_benchmark_override_layers_on_the_method_config_and_changes_its_settin
     assert bench._settings(args, None, "arrol")["eval_prompts"] == ["val"]  # another grid
     with pytest.raises(SystemExit, match="unknown strategy"):
         bench.method_configs(str(config), "nope")
+
+
+def test_a_variant_layers_its_own_file_after_the_method_and_its_override(tmp_path):
+    import argparse
+
+    import pytest
+    import yaml
+
+    bench = _bench_module()
+    config = tmp_path / "mybench.yaml"
+    config.write_text((ROOT / "configs" / "bench" / "smollm2.yaml").read_text())
+    with pytest.raises(SystemExit, match=r"unknown variant 'leeps\+refresh5'.*mybench_methods/<method>\+<name>.yaml"):
+        bench.method_configs(str(config), "leeps+refresh5")
+    variant = tmp_path / "mybench_methods" / "leeps+refresh5.yaml"
+    variant.parent.mkdir()
+    variant.write_text("trainer:\n  callbacks:\n    - class_path: lit_rlvr.callbacks.LEEPS\n"
+                       "      init_args: {refresh_every: 5}\n")
+    method = ROOT / "configs" / "methods" / "leeps.yaml"
+    assert bench.method_configs(str(config), "leeps+refresh5") == [method, variant]
+    assert bench.method_configs(str(config), "leeps") == [method]  # the method itself is untouched
+    args = argparse.Namespace(config=str(config), budget=64, eval_every_rollouts=64, out=str(tmp_path / "runs"),
+                              eval_prompts=["val"])
+    assert bench._settings(args, None, "leeps+refresh5")["method_sha256"] != bench._settings(args, None, "leeps")["method_sha256"]
+    rd, argv = bench._fit_args(args, "leeps+refresh5", 0, None)
+    assert rd.name == "leeps+refresh5_seed0" and str(variant) in argv
+    callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
+    assert callbacks[0] == {"class_path": "lit_rlvr.callbacks.LEEPS", "init_args": {"refresh_every": 5}}
+    with pytest.raises(SystemExit, match="unknown strategy"):
+        bench.method_configs(str(config), "nope+x")
