@@ -58,15 +58,17 @@ def fmt_target(t: float) -> str:
     return f"{t:.2f}" if round(t, 2) == t else f"{t:.3f}"
 
 
-def pm(st: Optional[dict[str, float]], fmt: str, count: bool = False) -> str:
+def pm(st: Optional[dict[str, float]], fmt: str, count: bool = False, signed: bool = False) -> str:
     """A statistic (``stat``'s dict) as "mean ± std" (``fmt``, or ``fmt_count`` with ``count``); the
-    ± part only when n > 1; "–" for None or a NaN mean."""
+    ± part only when n > 1; "–" for None or a NaN mean. ``signed``: the mean with its sign, for a
+    difference ("+0.012 ± 0.017")."""
     if st is None or math.isnan(st["mean"]):
         return "–"
     if count:
         s = fmt_count(st["mean"])
         return s + (f" ± {fmt_count(st['std'])}" if st["n"] > 1 else "")
-    return format(st["mean"], fmt) + (f" ± {format(st['std'], fmt)}" if st["n"] > 1 else "")
+    mean = format(st["mean"], ("+" if signed else "") + fmt)
+    return mean + (f" ± {format(st['std'], fmt)}" if st["n"] > 1 else "")
 
 
 def jsonable(x: Any) -> Any:

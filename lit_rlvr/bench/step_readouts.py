@@ -22,6 +22,7 @@ import math
 from typing import Any, Optional, Sequence
 
 import numpy as np
+import pandas as pd
 
 from lit_rlvr.bench.report import CUM_GEN, Run, by_strategy, load_selection
 from lit_rlvr.bench.stats import pm, stat
@@ -56,27 +57,16 @@ def accuracy_at_step(run: Run, metric: str, at_step: float) -> float:
 
 def recurrence(run: Run, prompts: Sequence[int]) -> dict[str, float]:
     """Rolled-out visits per training prompt: median, minimum and the share of ``prompts`` seen ≥ 3 times."""
-    if not run.selection_paths or not len(prompts):
+    return _visits(load_selection(run.selection_paths) if run.selection_paths else None, prompts)
+
+
+def _visits(selection: Optional[pd.DataFrame], prompts: Sequence[int]) -> dict[str, float]:
+    """``recurrence`` of one run's loaded selection records (None: the run has none)."""
+    if selection is None or not len(prompts):
         return {"median": math.nan, "min": math.nan, "share_3plus": math.nan}
-    df = load_selection(run.selection_paths)
-    rolled = df[df["status"].isin(ROLLED_OUT)]
+    rolled = selection[selection["status"].isin(ROLLED_OUT)]
     visits = rolled.groupby("prompt_id").size().reindex(list(prompts), fill_value=0).to_numpy(float)
     return {"median": float(np.median(visits)), "min": float(visits.min()), "share_3plus": float((visits >= 3).mean())}
-
-
-def _signed(st: Optional[dict[str, float]]) -> str:
-    """A difference as "+0.012 ± 0.017" (the mean signed, the std not); "–" for None or NaN."""
-    if st is None or math.isnan(st["mean"]):
-        return "–"
-    return f"{st['mean']:+.3f}" + (f" ± {st['std']:.3f}" if st["n"] > 1 else "")
-
-
-def _training_prompts(runs: Sequence[Run]) -> list[int]:
-    ids: set[int] = set()
-    for r in runs:
-        if r.selection_paths:
-            ids |= {int(p) for p in load_selection(r.selection_paths)["prompt_id"].unique()}
-    return sorted(ids)
 
 
 def steps_table(runs: Sequence[Run], metric: str, order: Sequence[str] = (),
@@ -91,11 +81,13 @@ def steps_table(runs: Sequence[Run], metric: str, order: Sequence[str] = (),
     finals = {r.name: float(steps_done(r).max()) for r in runs}
     if at_step is None:
         at_step = int(min(finals.values()))
-    prompts = _training_prompts(runs)
+    acc_at = {r.name: accuracy_at_step(r, metric, at_step) for r in runs}
+    selections = {r.name: load_selection(r.selection_paths) for r in runs if r.selection_paths}  # read once
+    prompts = sorted({int(p) for df in selections.values() for p in df["prompt_id"].unique()})  # the training prompts
     groups = by_strategy(runs)
     names = [n for n in order if n in groups] + [n for n in groups if n not in order]
     numbers: dict[str, Any] = {"at_step": at_step, "training_prompts": len(prompts), "strategies": {}}
-    grpo_at = {r.seed: accuracy_at_step(r, metric, at_step) for r in groups.get("grpo", [])}
+    grpo_at = {r.seed: acc_at[r.name] for r in groups.get("grpo", [])}
     head = ["strategy", "seeds", "optimizer steps", "rollouts / step", f"accuracy after {at_step} steps", "− grpo (paired)",
             "visits / prompt (median)", "prompts rolled out ≥ 3 times"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
@@ -104,9 +96,9 @@ def steps_table(runs: Sequence[Run], metric: str, order: Sequence[str] = (),
         steps = [finals[r.name] for r in rs]
         per_step = [float(r.metrics[CUM_GEN].max()) / finals[r.name] if CUM_GEN in r.metrics and finals[r.name] else math.nan
                     for r in rs]
-        acc = {r.seed: accuracy_at_step(r, metric, at_step) for r in rs}
+        acc = {r.seed: acc_at[r.name] for r in rs}
         diff = [acc[s] - grpo_at[s] for s in acc if s in grpo_at and not math.isnan(acc[s] - grpo_at[s])]
-        rec = [recurrence(r, prompts) for r in rs]
+        rec = [_visits(selections.get(r.name), prompts) for r in rs]
         e = {"steps": stat(steps), "rollouts_per_step": stat(per_step), "accuracy": stat(list(acc.values())),
              "minus_grpo": stat(diff) if n != "grpo" else None, "median_visits": stat([x["median"] for x in rec]),
              "share_3plus": stat([x["share_3plus"] for x in rec])}
@@ -114,7 +106,7 @@ def steps_table(runs: Sequence[Run], metric: str, order: Sequence[str] = (),
         share = e["share_3plus"]
         share_txt = "–" if math.isnan(share["mean"]) else f"{100 * share['mean']:.0f}%"
         lines.append("| " + " | ".join([n, str(len(rs)), pm(e["steps"], ".1f"), pm(e["rollouts_per_step"], ".0f"),
-                                        pm(e["accuracy"], ".3f"), _signed(e["minus_grpo"]),
+                                        pm(e["accuracy"], ".3f"), pm(e["minus_grpo"], ".3f", signed=True),
                                         pm(e["median_visits"], ".1f"), share_txt]) + " |")
     lines += ["", f"{metric} after {at_step} optimizer steps (the fewest any run made; linear between evaluations), "
               "mean ± std over seeds; − grpo: per-seed difference to GRPO on the same seed. Visits: rollouts of a "
