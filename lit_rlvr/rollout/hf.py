@@ -40,7 +40,9 @@ import torch
 
 from lit_rlvr.collate import left_pad
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
-from lit_rlvr.sharding import in_lockstep, max_over_ranks, reshard
+from lit_rlvr.rollout.decode import decode
+from lit_rlvr.rollout.gen_model import GENERATION_DTYPES, GenerationModel, resolve_generation_dtype
+from lit_rlvr.sharding import in_lockstep, is_sharded, max_over_ranks, reshard
 from lit_rlvr.types import Completion
 
 
@@ -130,6 +132,10 @@ class _LastHiddenRecorder:
         return self.steps[min(step, len(self.steps) - 1)][row].clone()
 
 
+DECODERS = ("compact", "generate")
+"""Values of ``HFEngine(decoder=...)``."""
+
+
 def _as_id_list(value: Any) -> list[int]:
     if value is None:
         return []
@@ -149,6 +155,14 @@ class HFEngine:
         max_batch_size: most rows (prompt samples) per ``generate`` call.
         stop_token_ids: tokens that end a completion (finish_reason "stop"); default: the model's
             generation-config EOS ids and the tokenizer's EOS.
+        generation_dtype: dtype to decode in: None (default: the policy's own), "auto" (bfloat16 for
+            a float32 policy on a CPU with native bf16 dot products, AVX512-BF16 or AMX; else the
+            policy's), "float32", "bfloat16" or "float16". Another dtype than the policy's decodes a
+            cast copy, and the log-probs returned are that copy's (docs/performance.md).
+        merge_lora: decode a copy with the LoRA adapter merged into its weights (refreshed when the
+            adapter changes) instead of the policy's unmerged LoRA layers.
+        decoder: "compact" (default: ``lit_rlvr.rollout.decode``, finished rows leave the batch,
+            pre-allocated KV cache) or "generate" (transformers' ``generate``, the earlier path).
     """
 
     def __init__(
@@ -157,10 +171,21 @@ class HFEngine:
         tokenizer: Any,
         max_batch_size: int = 64,
         stop_token_ids: Sequence[int] | None = None,
+        generation_dtype: str | None = None,
+        merge_lora: bool = True,
+        decoder: str = "compact",
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
+        if generation_dtype not in GENERATION_DTYPES:
+            raise ValueError(f"generation_dtype must be one of {GENERATION_DTYPES}, got {generation_dtype!r}")
         self.model = model
+        self.generation_dtype = generation_dtype
+        self.merge_lora = merge_lora
+        self.decoder = decoder
+        self._gen: GenerationModel | None = None
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         hf = self._hf_model()
@@ -183,8 +208,25 @@ class HFEngine:
         return next(self.model.parameters()).device
 
     def sync_weights(self, policy: torch.nn.Module) -> None:
-        """Nothing to do: the engine generates with the policy module's own model object, so an
-        optimizer step is visible to the next ``generate`` as it happens."""
+        """Mark the decode copy (merged / cast) stale; without one, nothing to do: the engine
+        generates with the policy itself. The copy is also refreshed whenever a trainable
+        parameter's version counter moved, so a missed call cannot leave it stale."""
+        if self._gen is not None:
+            self._gen.invalidate()
+
+    def generation_model(self) -> Any:
+        """The model decoded with (refreshed): the policy, or its merged / cast copy."""
+        if self._gen is None:
+            dtype = resolve_generation_dtype(
+                self.generation_dtype, next(self.model.parameters()).dtype, self.device
+            )
+            self._gen = GenerationModel(self.model, self.merge_lora, dtype)
+        return self._gen.model()
+
+    def _fast_path(self, sampling: SamplingConfig, lockstep: bool) -> bool:
+        """The decode copy and loop apply unless FSDP2 shards the policy or hidden states are asked for
+        (those keep the policy's own forward, exactly as before)."""
+        return not lockstep and not sampling.return_hidden_states and not is_sharded(self.model)
 
     def generate(
         self, requests: Sequence[GenerationRequest], sampling: SamplingConfig
@@ -218,7 +260,7 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad(), _plain_generation_config(self._hf_model()), torch.random.fork_rng(
+            with torch.no_grad(), torch.random.fork_rng(
                 devices=rng_devices, enabled=sampling.seed is not None
             ):
                 if sampling.seed is not None:
@@ -227,8 +269,14 @@ class HFEngine:
                 # FSDP2: every forward gathers weights from every rank, so all ranks run the same number of
                 # batches (a rank with fewer decodes a one-token dummy)
                 spare = max_over_ranks(len(chunks), device) - len(chunks) if lockstep else 0
+                fast = self._fast_path(sampling, lockstep)
+                model = self.generation_model() if fast else self.model
                 for chunk in chunks:
-                    completions = self._generate_batch([rows[r][1] for r in chunk], sampling, device, lockstep)
+                    prompts = [rows[r][1] for r in chunk]
+                    if fast and self.decoder == "compact":
+                        completions = self._decode_batch(model, prompts, sampling)
+                    else:
+                        completions = self._generate_batch(prompts, sampling, device, lockstep, model)
                     results.update(zip(chunk, completions))
                 for _ in range(spare):
                     self._generate_batch([[self.pad_token_id]], sampling, device, lockstep)
@@ -240,9 +288,29 @@ class HFEngine:
             out[i].append(results[r])
         return out
 
+    def _decode_batch(self, model: Any, prompts: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
+        """One batch through ``decode`` (finished rows leave the batch)."""
+        ids, logprobs, stopped = decode(
+            model, prompts, max_new_tokens=sampling.max_new_tokens, pad_token_id=self.pad_token_id,
+            stop_token_ids=self.stop_token_ids, temperature=sampling.temperature, top_p=sampling.top_p,
+        )
+        return [
+            Completion(
+                token_ids=t, logprobs=lp, finish_reason="stop" if st else "length",
+                text=self.tokenizer.decode(t, skip_special_tokens=True),
+            )
+            for t, lp, st in zip(ids, logprobs, stopped)
+        ]
+
     def _generate_batch(
-        self, prompts: list[list[int]], sampling: SamplingConfig, device: torch.device, lockstep: bool = False
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingConfig,
+        device: torch.device,
+        lockstep: bool = False,
+        model: Any = None,
     ) -> list[Completion]:
+        """One batch through transformers' ``generate`` on ``model`` (default: the policy)."""
         from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
         input_ids, attention_mask = left_pad(prompts, self.pad_token_id)  # [R, P] each
@@ -274,15 +342,17 @@ class HFEngine:
             use_cache=True,
             return_dict_in_generate=True,
         )
+        model = self.model if model is None else model
         handle = self._hf_model().get_decoder().register_forward_hook(hidden) if hidden is not None else None
         try:
-            generated = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                generation_config=config,
-                logits_processor=LogitsProcessorList(processors),
-                synced_gpus=lockstep,  # FSDP2: keep decoding until every rank's rows are done (the gathers pair up)
-            )
+            with _plain_generation_config(model.get_base_model() if hasattr(model, "get_base_model") else model):
+                generated = model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    generation_config=config,
+                    logits_processor=LogitsProcessorList(processors),
+                    synced_gpus=lockstep,  # FSDP2: keep decoding until every rank's rows are done (the gathers pair up)
+                )
         finally:
             if handle is not None:
                 handle.remove()

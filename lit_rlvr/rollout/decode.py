@@ -1,0 +1,199 @@
+"""A decode loop for the HF engine that stops paying for finished rows.
+
+transformers' ``generate`` keeps every row of a batch in the forward until the longest one
+ends, and grows its KV cache by ``torch.cat`` (the whole cache copied every step).
+``decode`` runs the model's own forward (any transformers causal LM that accepts
+``cache=``, ``position_ids`` and a 4-D attention mask) with:
+
+- ``SlotCache``: keys/values pre-allocated once per batch, ``[rows, kv_heads, capacity, head_dim]``
+  per layer; a step writes one column and attention reads the ``[:n, :, :length]`` view;
+- compaction: when rows finish, live rows from the end of the batch are moved into the
+  finished rows' slots (only those rows' cache is copied), and the forward runs on the
+  first ``n`` slots only.
+
+Sampling is the engine's inverse-CDF draw with the same random stream as before: one float64
+uniform per ORIGINAL row per step, drawn for all rows (finished or not) while any row is live,
+and each live row uses its own. So a call gives the same tokens as transformers' ``generate``
+with ``_InverseCDFSampler`` did, whatever finishes when (up to float summation order in the
+matmuls of a smaller batch). Log-probs are those of the distribution each token was drawn
+from (after temperature and top-p), of the model decoded with.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from lit_rlvr.collate import left_pad
+
+
+class SlotLayer:
+    """One layer's pre-allocated keys and values; ``keys``/``values`` are views of the live part."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, rows: int, capacity: int) -> None:
+        self.rows, self.capacity = rows, capacity
+        self.n = rows  # live rows (a prefix of the buffer)
+        self.length = 0  # filled columns
+        self.k_buf: torch.Tensor | None = None  # [rows, kv_heads, capacity, head_dim]
+        self.v_buf: torch.Tensor | None = None
+        self.is_initialized = False
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self.k_buf[: self.n, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self.v_buf[: self.n, :, : self.length]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        """Write [n, kv_heads, q, head_dim] at columns length..length+q; return the [n, h, length+q, d] views."""
+        if self.k_buf is None:
+            b, h, _, d = key_states.shape
+            self.k_buf = key_states.new_empty(self.rows, h, self.capacity, d)
+            self.v_buf = value_states.new_empty(self.rows, h, self.capacity, d)
+            self.is_initialized = True
+        q = key_states.shape[2]
+        self.k_buf[: self.n, :, self.length : self.length + q] = key_states
+        self.v_buf[: self.n, :, self.length : self.length + q] = value_states
+        self.length += q
+        return self.keys, self.values
+
+    def move_rows(self, src: torch.Tensor, dst: torch.Tensor, n: int) -> None:
+        """Copy slots ``src`` into ``dst`` (filled columns only), then keep the first ``n`` slots."""
+        if len(src):
+            self.k_buf[dst, :, : self.length] = self.k_buf[src, :, : self.length]
+            self.v_buf[dst, :, : self.length] = self.v_buf[src, :, : self.length]
+        self.n = n
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_max_length(self) -> int:
+        return self.capacity
+
+
+def _cache_class() -> type:
+    from transformers.cache_utils import Cache
+
+    class SlotCache(Cache):
+        """A transformers ``Cache`` of ``SlotLayer``s (see the module docstring)."""
+
+        def __init__(self, num_layers: int, rows: int, capacity: int) -> None:
+            super().__init__(layers=[SlotLayer(rows, capacity) for _ in range(num_layers)])
+
+        def move_rows(self, src: torch.Tensor, dst: torch.Tensor, n: int) -> None:
+            for layer in self.layers:
+                layer.move_rows(src, dst, n)
+
+    return SlotCache
+
+
+def _num_layers(model: Any) -> int:
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(text.num_hidden_layers)
+
+
+def decode(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    pad_token_id: int,
+    stop_token_ids: Sequence[int],
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    compact: bool = True,
+) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+    """Decode ``prompts`` (one row each); ``temperature == 0`` is greedy, else inverse-CDF sampling
+    from the global torch RNG. Returns per row: token ids, their log-probs, and whether it stopped
+    on a stop token (kept as the last token). ``compact=False`` keeps finished rows in the batch
+    (for measuring what compaction saves)."""
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+    device = next(model.parameters()).device
+    greedy = temperature == 0
+    warpers: list[Any] = []
+    if not greedy and temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if not greedy and top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+
+    input_ids, attention_mask = left_pad([list(p) for p in prompts], pad_token_id)  # [R, P] each
+    rows, width = input_ids.shape
+    valid = attention_mask.to(device=device, dtype=torch.bool)  # [R, P]
+    capacity = width + max_new_tokens
+    key_ok = torch.zeros(rows, capacity, dtype=torch.bool, device=device)  # [R, C] attendable keys
+    key_ok[:, :width] = valid
+    # prefill mask [R, 1, P, P]: causal over real tokens; a pad query sees itself (finite values, never read)
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril_()
+    eye = torch.eye(width, dtype=torch.bool, device=device)
+    mask = (causal & valid[:, None, :]) | eye  # [R, P, P]
+    position = (valid.long().cumsum(-1) - 1).clamp_(min=0)  # [R, P]
+
+    cache = _cache_class()(_num_layers(model), rows, capacity)
+    out = model(
+        input_ids=input_ids.to(device), attention_mask=mask[:, None], position_ids=position,
+        cache=cache, use_cache=True, logits_to_keep=1,
+    )
+    logits = out.logits[:, -1].float()  # [R, V]
+    next_pos = valid.sum(-1)  # [R] position of the next token
+
+    slot_row = torch.arange(rows, device=device)  # [n] original row of each live slot
+    tokens = torch.full((rows, max_new_tokens), -1, dtype=torch.long)  # [R, T]
+    logps = torch.zeros(rows, max_new_tokens)  # [R, T]
+    lengths = torch.zeros(rows, dtype=torch.long)  # [R]
+    stopped = torch.zeros(rows, dtype=torch.bool)  # [R]
+    stop_ids = torch.tensor(list(stop_token_ids), device=device)
+    live = torch.ones(rows, dtype=torch.bool, device=device)  # [n] (compact=False: finished rows stay)
+    for t in range(max_new_tokens):
+        scores = logits
+        for warper in warpers:
+            scores = warper(None, scores)
+        logprobs = torch.log_softmax(scores, dim=-1)  # [n, V]
+        if greedy:
+            token = logits.argmax(dim=-1)  # [n]
+        else:
+            cdf = logprobs.exp().cumsum(dim=-1, dtype=torch.float64)  # [n, V]
+            u = torch.rand(rows, 1, dtype=torch.float64, device=device)[slot_row] * cdf[:, -1:]  # [n, 1]
+            token = torch.searchsorted(cdf, u, right=True).clamp_(max=scores.shape[-1] - 1)[:, 0]  # [n]
+        chosen = logprobs.gather(-1, token[:, None])[:, 0]  # [n]
+        done = torch.isin(token, stop_ids)  # [n]
+        idx, rec = slot_row[live].cpu(), live.cpu()
+        tokens[idx, t] = token[live].cpu()
+        logps[idx, t] = chosen[live].float().cpu()
+        lengths[idx] = t + 1
+        stopped[idx] = done[live].cpu()
+        live = live & ~done
+        n = int(live.sum()) if compact else rec.numel()
+        if t == max_new_tokens - 1 or not bool(live.any()):
+            break
+        if compact and n < live.numel():
+            keep = torch.arange(n, device=device)
+            dst = keep[~live[:n]]  # finished slots among the first n
+            src = torch.arange(n, live.numel(), device=device)[live[n:]]  # live slots beyond n
+            cache.move_rows(src, dst, n)
+            for buf in (slot_row, token, next_pos, key_ok):
+                buf[dst] = buf[src]
+            slot_row, token, next_pos, key_ok = slot_row[:n], token[:n], next_pos[:n], key_ok[:n]
+            live = torch.ones(n, dtype=torch.bool, device=device)
+        column = width + t
+        key_ok[:, column] = True
+        out = model(
+            input_ids=token[:, None], attention_mask=key_ok[:, None, None, : column + 1],
+            position_ids=next_pos[:, None], cache=cache, use_cache=True,
+        )
+        logits = out.logits[:, -1].float()  # [n, V]
+        next_pos = next_pos + 1
+
+    ids = [tokens[r, : lengths[r]].tolist() for r in range(rows)]
+    lps = [logps[r, : lengths[r]].tolist() for r in range(rows)]
+    return ids, lps, stopped.tolist()
