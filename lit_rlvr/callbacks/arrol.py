@@ -22,9 +22,14 @@ What the paper leaves open, decided here (each a constructor argument where it m
   the head sees mostly survivors).
 * **Calibration.** ``calibration_buckets`` equal-width buckets of the raw score, each a Beta(1, 1)
   + outcome counts posterior, counts multiplied by ``calibration_decay`` every step (the head moves).
-* **Survivor rule.** ``keep = max(2, round(K·n))`` of each round's n rollouts of a prompt: the
-  subset whose mean calibrated p̂ is nearest ρ, exact over all subsets while C(n, k) <=
-  ``max_enumerate`` (ties broken by a draw seeded by (seed, step, prompt id, round)).
+* **L_detect.** ``detect_tokens`` (paper: 512, for 2-4k-token completions); left unset it is
+  min(512, round(``detect_fraction``·max_new_tokens)) at setup, ``detect_fraction`` = 0.25: the
+  paper's 512 at its lengths of 2048 tokens and more, a quarter of shorter completions (512 is a
+  quarter of 2048 and an eighth of 4096), so a method config composes with any base config.
+* **Survivor rule.** ``keep = max(min_keep, round(K·n))`` of each round's n rollouts of a prompt
+  (``min_keep`` = 2: a group of one has no reward variance): the subset whose mean calibrated p̂ is
+  nearest ρ, exact for any n (``choose_survivors``: a search over how many of each distinct p̂ to
+  keep), ties broken by a draw seeded by (seed, step, prompt id, round).
 * **Cold start.** For the first ``cold_start_steps`` steps, and always with ``survivors="random"``
   (the paper's control), the k survivors are a seeded random subset; the head trains and is
   measured either way, so the control reports head AUC too.
@@ -54,22 +59,30 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ARRoL", "keep_count"]
+__all__ = ["ARRoL", "default_detect_tokens", "keep_count"]
+
+PAPER_DETECT_TOKENS = 512
 
 SURVIVORS = ("head", "random")
 
 
-def keep_count(n: int, keep_ratio: float) -> int:
-    """Survivors of a group of n: round(K·n), at least 2 (a group of one has no variance), at most n."""
-    return min(n, max(2, int(math.floor(keep_ratio * n + 0.5))))
+def keep_count(n: int, keep_ratio: float, min_keep: int = 2) -> int:
+    """Survivors of a group of n: round(K·n), at least ``min_keep`` (2: a group of one has no variance), at most n."""
+    return min(n, max(int(min_keep), int(math.floor(keep_ratio * n + 0.5))))
+
+
+def default_detect_tokens(max_new_tokens: int, fraction: float = 0.25) -> int:
+    """L_detect when unset: min(512, round(fraction · max_new_tokens)), at least 1 (the paper's 512 from 2048 tokens on)."""
+    return min(PAPER_DETECT_TOKENS, max(1, int(math.floor(fraction * max_new_tokens + 0.5))))
 
 
 class ARRoL(RolloutPruner):
     """Prune each group to K·G survivors at ``detect_tokens`` tokens, steering their predicted positive fraction to ρ.
 
     Args:
-        detect_tokens: L_detect, tokens generated before the decision (paper: 512; scale it to the
-            task: it must be below ``model.rollout.max_new_tokens``).
+        detect_tokens: L_detect, tokens generated before the decision (paper: 512); it must be below
+            ``model.rollout.max_new_tokens``. None (default): ``default_detect_tokens``, set at setup.
+        detect_fraction: the share of ``max_new_tokens`` an unset ``detect_tokens`` takes (0.25, capped at 512).
         keep_ratio: K, the share of each group continued (paper: 0.5 beats 0.25 and 0.75).
         target_positive: ρ, the survivors' targeted mean predicted success (paper: 0.5).
         cold_start_steps: steps with random survivors while the head learns (paper: ~20).
@@ -78,7 +91,7 @@ class ARRoL(RolloutPruner):
         success_threshold: a rollout is a success (head target 1) when its total reward >= this.
         head_width, head_lr, head_steps, buffer_size, head_seed: the quality head (``QualityHead``).
         calibration_buckets, calibration_decay: the online calibration (``BucketCalibrator``).
-        max_enumerate: exact subset search up to this many subsets per group.
+        min_keep: least survivors per group (2: a group of one has no reward variance).
         forward_batch_size: rows per no-grad forward when the engine gives no hidden states.
     """
 
@@ -86,7 +99,8 @@ class ARRoL(RolloutPruner):
 
     def __init__(
         self,
-        detect_tokens: int = 512,
+        detect_tokens: Optional[int] = None,
+        detect_fraction: float = 0.25,
         keep_ratio: float = 0.5,
         target_positive: float = 0.5,
         cold_start_steps: int = 20,
@@ -99,12 +113,16 @@ class ARRoL(RolloutPruner):
         head_seed: int = 0,
         calibration_buckets: int = 10,
         calibration_decay: float = 0.98,
-        max_enumerate: int = 20_000,
+        min_keep: int = 2,
         forward_batch_size: int = 16,
     ) -> None:
         super().__init__()
-        if detect_tokens < 1:
-            raise ValueError(f"ARRoL.detect_tokens must be >= 1, got {detect_tokens}")
+        if detect_tokens is not None and detect_tokens < 1:
+            raise ValueError(f"ARRoL.detect_tokens must be >= 1 (or unset: a share of max_new_tokens), got {detect_tokens}")
+        if not 0 < detect_fraction < 1:
+            raise ValueError(f"ARRoL.detect_fraction must be in (0, 1), got {detect_fraction}")
+        if min_keep < 1:
+            raise ValueError(f"ARRoL.min_keep must be >= 1, got {min_keep}")
         if not 0 < keep_ratio <= 1:
             raise ValueError(f"ARRoL.keep_ratio must be in (0, 1], got {keep_ratio}")
         if not 0 <= target_positive <= 1:
@@ -113,13 +131,15 @@ class ARRoL(RolloutPruner):
             raise ValueError(f"ARRoL.survivors={survivors!r} is unknown; choose one of {SURVIVORS}")
         if cold_start_steps < 0:
             raise ValueError(f"ARRoL.cold_start_steps must be >= 0, got {cold_start_steps}")
-        self.detect_tokens = int(detect_tokens)
+        self.detect_tokens: Optional[int] = None if detect_tokens is None else int(detect_tokens)
+        self._detect_auto = detect_tokens is None
+        self.detect_fraction = float(detect_fraction)
+        self.min_keep = int(min_keep)
         self.keep_ratio = float(keep_ratio)
         self.target_positive = float(target_positive)
         self.cold_start_steps = int(cold_start_steps)
         self.survivors = survivors
         self.success_threshold = float(success_threshold)
-        self.max_enumerate = int(max_enumerate)
         self.forward_batch_size = int(forward_batch_size)
         self.head = QualityHead(head_width, head_lr, head_steps, buffer_size, head_seed)
         self.calibrator = BucketCalibrator(calibration_buckets, calibration_decay)
@@ -148,14 +168,24 @@ class ARRoL(RolloutPruner):
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
 
+    def setup(self, trainer: pl.Trainer, pl_module: "GRPOModule", stage: str) -> None:
+        """Resolve an unset ``detect_tokens`` before a checkpoint is restored (it is part of ``state_key``)."""
+        self.resolve_detect_tokens(int(pl_module.rollout_settings.max_new_tokens))
+
+    def resolve_detect_tokens(self, max_new_tokens: int) -> int:
+        if self._detect_auto:
+            self.detect_tokens = default_detect_tokens(max_new_tokens, self.detect_fraction)
+        return int(self.detect_tokens)
+
     def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+        self.resolve_detect_tokens(int(pl_module.rollout_settings.max_new_tokens))
         super().setup_selection(trainer, pl_module, selectors)  # one pruner; detect_tokens < max_new_tokens
-        group = int(pl_module.rollout_settings.num_generations)
-        if self.keep_ratio * group < 2:
+        group, least = int(pl_module.rollout_settings.num_generations), self.min_keep
+        if self.keep_ratio * group < least:
             raise ValueError(
-                f"ARRoL.keep_ratio={self.keep_ratio} × model.rollout.num_generations={group} = {self.keep_ratio * group:g} < 2: "
-                f"a pruned group needs at least 2 survivors to have reward variance. Raise ARRoL.keep_ratio to at least "
-                f"{2 / group:.3g} or model.rollout.num_generations to at least {math.ceil(2 / self.keep_ratio)}"
+                f"ARRoL.keep_ratio={self.keep_ratio} × model.rollout.num_generations={group} = {self.keep_ratio * group:g} < {least}: "
+                f"a pruned group needs at least {least} survivors (ARRoL.min_keep; 2 for reward variance). Raise ARRoL.keep_ratio to at least "
+                f"{least / group:.3g} or model.rollout.num_generations to at least {math.ceil(least / self.keep_ratio)}"
             )
         for other in selectors:
             if isinstance(other, RolloutAllocator) and not other.plans_whole_groups:
@@ -207,12 +237,12 @@ class ARRoL(RolloutPruner):
         cold = self.cold(partial.step)
         for p in torch.unique(partial.prompt_index).tolist():
             rows = torch.nonzero(partial.prompt_index == p).flatten()
-            k = keep_count(len(rows), self.keep_ratio)
+            k = keep_count(len(rows), self.keep_ratio, self.min_keep)
             gen = seeded_generator(partial.seed, partial.step, int(partial.pool.ids[p]), f"arrol|{partial.round}")
             if cold:
                 chosen = torch.randperm(len(rows), generator=gen)[:k]
             else:
-                chosen = choose_survivors(p_hat[rows], k, self.target_positive, gen, self.max_enumerate)
+                chosen = choose_survivors(p_hat[rows], k, self.target_positive, gen)
             keep[rows[chosen]] = True
         return keep
 

@@ -6,14 +6,13 @@ Pure and small so each can be tested on its own (tests/callbacks/test_arrol.py):
   cross-entropy on a FIFO replay buffer of (state, outcome) pairs, with its own Adam optimizer.
 * ``BucketCalibrator``: per score bucket, a Beta count of outcomes (with forgetting): the calibrated
   probability of a raw head score is its bucket's posterior mean.
-* ``choose_survivors``: the subset of size k whose mean calibrated probability is nearest ρ.
+* ``choose_survivors``: the subset of size k whose mean calibrated probability is nearest ρ (exact, any n).
 * ``auc`` / ``brier``: the head's metrics.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 from typing import Any, Optional
 
@@ -26,41 +25,65 @@ __all__ = ["BucketCalibrator", "QualityHead", "auc", "brier", "choose_survivors"
 # --------------------------------------------------------------------------- survivor rule
 
 
-def choose_survivors(p: torch.Tensor, k: int, rho: float, generator: torch.Generator, max_enumerate: int = 20_000) -> torch.Tensor:
-    """[k] int64 indices into ``p`` ([n] calibrated probabilities): the size-k subset whose mean is nearest ``rho``.
+def _count_states(values: np.ndarray, counts: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every distinct (members kept ≤ k, their sum) over ``values`` with ``counts`` members each:
+    ([S] counts, [S] sums, [S, m] members taken of each value); the first count vector of each pair wins."""
+    cnt, total, taken = np.zeros(1, dtype=np.int64), np.zeros(1), np.zeros((1, 0), dtype=np.int64)
+    for v, c in zip(values, counts):
+        xs = np.arange(c + 1)
+        cnt_new, total_new = (cnt[:, None] + xs).ravel(), (total[:, None] + xs * v).ravel()
+        taken = np.concatenate([np.repeat(taken, len(xs), axis=0), np.tile(xs, len(cnt))[:, None]], axis=1)
+        ok = cnt_new <= k
+        cnt_new, total_new, taken = cnt_new[ok], total_new[ok], taken[ok]
+        _, first = np.unique(np.stack([cnt_new.astype(np.float64), np.round(total_new, 12)], axis=1), axis=0, return_index=True)
+        first = np.sort(first)
+        cnt, total, taken = cnt_new[first], total_new[first], taken[first]
+    return cnt, total, taken
 
-    Ties (equal distance, to 1e-12) are broken by a seeded draw: the candidates are enumerated in a
-    random order drawn from ``generator`` and the first best one wins. Exact (every subset) while
-    C(n, k) <= ``max_enumerate``; beyond that a window over p sorted, then single swaps that bring the
-    mean closer, until none does (near-exact: the mean moves in steps of (p_i − p_j) / k).
+
+def choose_survivors(p: torch.Tensor, k: int, rho: float, generator: torch.Generator) -> torch.Tensor:
+    """[k] int64 indices into ``p`` ([n] calibrated probabilities): a size-k subset whose mean is nearest ``rho``.
+
+    Exact for any n. The objective depends only on how many members of each distinct value of p
+    (rounded to 1e-12) are kept, so the search runs over count vectors, not subsets: the distinct
+    values are split in two halves, each half's reachable (count, sum) pairs are enumerated once,
+    and for each count a of the first half the second half's sums with count k − a are searched for
+    the one nearest ρk (meet in the middle). Cost: about Π(c_j + 1) over a half's values (c_j members
+    of value j), small with ``BucketCalibrator`` (at most ``calibration_buckets`` + 2 distinct values:
+    the buckets' posterior means, and 0/1 for finished rollouts); all-distinct p costs 2^(n/2).
+    Ties are broken by a draw from ``generator``: the members are put in a seeded random order, the
+    distinct values are taken in the order their first member appears in it, the first optimal
+    pair found wins, and within a value the first members in that order are kept.
     """
     p = p.double().flatten()
     n = len(p)
     if k >= n:
         return torch.arange(n)
     perm = torch.randperm(n, generator=generator)  # [n] the seeded tie-break order
-    q = p[perm].numpy()
-    target = rho * k
-    if math.comb(n, k) <= max_enumerate:
-        combos = np.array(list(itertools.combinations(range(n), k)), dtype=np.int64)  # [C, k]
-        dist = np.round(np.abs(q[combos].sum(axis=1) - target) / k, 12)  # [C]
-        best = combos[int(np.argmin(dist))]
-        return perm[torch.from_numpy(best)].sort().values
-    order = np.argsort(q, kind="stable")
-    sums = np.convolve(q[order], np.ones(k), "valid")  # [n-k+1] window sums over sorted q
-    start = int(np.argmin(np.abs(sums - target)))
-    chosen = set(order[start : start + k].tolist())
-    total = float(sums[start])
-    for _ in range(4 * n):
-        inside, outside = sorted(chosen), [i for i in range(n) if i not in chosen]
-        gain = np.abs(total - target) - np.abs(total - q[inside][:, None] + q[outside][None, :] - target)  # [k, n-k]
-        a, b = np.unravel_index(int(np.argmax(gain)), gain.shape)
-        if gain[a, b] <= 1e-12:
-            break
-        chosen.remove(inside[a])
-        chosen.add(outside[b])
-        total += q[outside[b]] - q[inside[a]]
-    return perm[torch.tensor(sorted(chosen))].sort().values
+    q = np.round(p[perm].numpy(), 12)
+    values, first, inverse, counts = np.unique(q, return_index=True, return_inverse=True, return_counts=True)
+    order = np.argsort(first, kind="stable")  # distinct values in seeded order
+    weight = np.cumsum(np.log(counts[order] + 1.0))
+    split = int(np.searchsorted(weight, weight[-1] / 2)) + 1  # balance the two halves' state counts
+    halves = [order[:split], order[split:]]
+    (lc, ls, lx), (rc, rs, rx) = (_count_states(values[h], counts[h], k) for h in halves)
+    target, best = rho * k, (np.inf, -1, -1)
+    for a in np.unique(lc):
+        right = np.flatnonzero(rc == k - a)
+        if len(right) == 0:
+            continue
+        right = right[np.argsort(rs[right], kind="stable")]
+        left = np.flatnonzero(lc == a)
+        pos = np.searchsorted(rs[right], target - ls[left])  # [L]
+        for cand in (np.clip(pos - 1, 0, len(right) - 1), np.clip(pos, 0, len(right) - 1)):
+            dist = np.round(np.abs(ls[left] + rs[right[cand]] - target) / k, 12)
+            i = int(np.argmin(dist))
+            if dist[i] < best[0]:
+                best = (dist[i], int(left[i]), int(right[cand[i]]))
+    take = np.zeros(len(values), dtype=np.int64)
+    take[halves[0]], take[halves[1]] = lx[best[1]], rx[best[2]]
+    chosen = [i for j in range(len(values)) for i in np.flatnonzero(inverse == j)[: take[j]].tolist()]
+    return perm[torch.tensor(chosen, dtype=torch.long)].sort().values
 
 
 # --------------------------------------------------------------------------- calibration

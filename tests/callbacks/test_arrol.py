@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lit_rlvr.callbacks import ARRoL, DynamicSampling, FixedGroupAllocator, PODS, SARA, VIGOR, PartialRollouts, seeded_generator
-from lit_rlvr.callbacks.arrol import keep_count
+from lit_rlvr.callbacks.arrol import default_detect_tokens, keep_count
 from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
 from lit_rlvr.cli import main
 from lit_rlvr.types import Completion
@@ -59,21 +59,70 @@ def test_survivor_rule_by_hand_and_ties_follow_the_seed():
     assert choose_survivors(p, 2, 1.0, seeded_generator(0, 0)).tolist() == [0, 1]
 
 
-def test_survivor_rule_beyond_enumeration_is_near_optimal():
-    """Large groups (C(n, k) > max_enumerate): the window + swap search gets within 1/(k·10) of brute force."""
-    g = torch.Generator().manual_seed(3)
-    for trial in range(5):
-        p = torch.rand(12, generator=g, dtype=torch.float64)
-        chosen = choose_survivors(p, 6, 0.5, seeded_generator(0, trial), max_enumerate=10)
-        assert abs(float(p[chosen].mean()) - 0.5) <= _brute_force_distance(p, 6, 0.5) + 1 / 60
-    big = torch.rand(64, generator=g)
-    chosen = choose_survivors(big, 32, 0.5, seeded_generator(0, 0))
-    assert len(chosen) == 32 and abs(float(big[chosen].mean()) - 0.5) < 1e-3
+@pytest.mark.parametrize("n", [13, 16, 18, 20])
+def test_survivor_rule_equals_brute_force_over_subsets_of_larger_groups(n):
+    """Brute force over every size-k subset (C(20, 10) = 184,756), with bucketed p̂ as the calibrator gives."""
+    g = torch.Generator().manual_seed(100 + n)
+    k = keep_count(n, 0.5)
+    combos = torch.tensor(list(itertools.combinations(range(n), k)))  # [C, k]
+    for trial in range(3):
+        p = ((torch.rand(n, generator=g, dtype=torch.float64) * 10).floor() + 0.5) / 10  # bucket centres
+        p[:2] = torch.tensor([0.0, 1.0], dtype=torch.float64)  # finished rollouts: their true outcome
+        rho = [0.5, 0.3, 0.7][trial]
+        best = float((p[combos].sum(dim=1) / k - rho).abs().min())
+        chosen = choose_survivors(p, k, rho, seeded_generator(0, trial, n))
+        assert len(set(chosen.tolist())) == k
+        assert abs(float(p[chosen].mean()) - rho) == pytest.approx(best, abs=1e-12)
+
+
+def _brute_force_over_counts(values, counts, k, rho):
+    """min |mean − ρ| over every vector of how many of each distinct value to keep (itertools.product)."""
+    best = math.inf
+    for x in itertools.product(*(range(c + 1) for c in counts)):
+        if sum(x) == k:
+            best = min(best, abs(sum(xi * v for xi, v in zip(x, values)) / k - rho))
+    return best
+
+
+@pytest.mark.parametrize("n", range(18, 25))
+def test_survivor_rule_equals_brute_force_over_count_vectors_up_to_24(n):
+    """Groups of 18-24: the objective depends only on how many of each distinct p̂ are kept, so the
+    brute force enumerates every count vector (not the 2^24 subsets); p̂ takes 3-12 distinct values."""
+    g = torch.Generator().manual_seed(n)
+    k = keep_count(n, 0.5)
+    for trial, m in enumerate((3, 6, 12)):
+        values = torch.rand(m, generator=g, dtype=torch.float64)
+        p = values[torch.randint(0, m, (n,), generator=g)]
+        distinct, counts = torch.unique(p, return_counts=True)
+        rho = [0.5, 0.35, 0.6][trial]
+        chosen = choose_survivors(p, k, rho, seeded_generator(1, trial, n))
+        assert len(set(chosen.tolist())) == k
+        want = _brute_force_over_counts(distinct.tolist(), counts.tolist(), k, rho)
+        assert abs(float(p[chosen].mean()) - rho) == pytest.approx(want, abs=1e-12)
+    p = torch.rand(24, generator=g, dtype=torch.float64)  # 24 distinct values: 2^12 states per half
+    chosen = choose_survivors(p, 12, 0.5, seeded_generator(0, 0))
+    assert abs(float(p[chosen].mean()) - 0.5) < 1e-4  # C(24, 12) subsets: sums this close exist
 
 
 def test_keep_count():
     assert [keep_count(n, 0.5) for n in (2, 3, 4, 5, 8, 16)] == [2, 2, 2, 3, 4, 8]
     assert keep_count(8, 0.25) == 2 and keep_count(8, 1.0) == 8
+    assert keep_count(8, 0.25, min_keep=3) == 3 and keep_count(8, 0.1, min_keep=1) == 1
+
+
+def test_detect_tokens_default_scales_with_max_new_tokens_and_512_stays_available():
+    assert [default_detect_tokens(m) for m in (1, 2, 8, 12, 64, 2048, 4096)] == [1, 1, 2, 3, 16, 512, 512]
+    assert default_detect_tokens(100, 0.1) == 10
+    auto, paper = ARRoL(), ARRoL(detect_tokens=512)
+    _setup(auto, max_new=12)
+    _setup(paper, max_new=4096)
+    assert auto.detect_tokens == 3 and paper.detect_tokens == 512
+    _setup(auto, max_new=64)  # an unset value follows the run it is set up in
+    assert auto.detect_tokens == 16
+    with pytest.raises(ValueError, match=r"ARRoL.detect_tokens=512 must be in \[1, model.rollout.max_new_tokens=12\)"):
+        _setup(ARRoL(detect_tokens=512), max_new=12)
+    with pytest.raises(ValueError, match="detect_fraction"):
+        ARRoL(detect_fraction=1.0)
 
 
 # --------------------------------------------------------------------------- calibration and head
@@ -198,6 +247,7 @@ def test_setup_rejects_bad_flags_and_allocators_it_cannot_compose_with():
         _setup(ARRoL(detect_tokens=16), max_new=16)
     with pytest.raises(ValueError, match=r"ARRoL.keep_ratio=0.2 × model.rollout.num_generations=8 = 1.6 < 2.*Raise ARRoL.keep_ratio to at least 0.25"):
         _setup(ARRoL(detect_tokens=4, keep_ratio=0.2))
+    _setup(ARRoL(detect_tokens=4, keep_ratio=0.2, min_keep=1))  # singletons allowed explicitly
     with pytest.raises(ValueError, match=r"ARRoL and VIGOR do not compose.*Remove one of them"):
         _setup(ARRoL(detect_tokens=4), [VIGOR()])
     with pytest.raises(ValueError, match=r"ARRoL and SARA do not compose"):
