@@ -4,24 +4,39 @@ Every checkpoint Lightning writes (ModelCheckpoint's step files and ``last.ckpt`
 the preemption save, ``trainer.save_checkpoint``) goes through the strategy's
 CheckpointIO; :class:`AtomicCheckpointIO` is that single write path:
 
-- it writes to a temporary file in the target's folder, fsyncs it and
-  ``os.replace``s it over the target, so a full disk or a kill mid-write leaves
-  the previous file whole (Lightning's own save writes the target in place);
+- it writes to a temporary file ``.<name>.tmp-<host>-<pid>`` in the target's folder,
+  fsyncs it and ``os.replace``s it over the target, so a full disk or a kill mid-write
+  leaves the previous file whole (Lightning's own save writes the target in place);
+  the next start deletes temporaries of processes of this host that are no longer running;
+- a write that fails for want of space raises :class:`DiskFullError`, whose one line says
+  "disk full", the folder, and the last complete checkpoint;
 - it refuses to write a checkpoint holding non-finite weights or optimizer state,
   and while it refuses it keeps the files ModelCheckpoint would rotate away, so
   the last good checkpoint survives a run that went NaN;
+- "last good" is the newest checkpoint saved or loaded whose weights are finite and at most
+  :data:`ABSURD_WEIGHT` in magnitude, saved while the last optimizer step was finite. A save
+  that misses this is written (it resumes) but is not counted, and rotation keeps the older
+  files; a loaded checkpoint with a non-finite weight is refused, one with an absurd weight
+  is loaded with a loud warning naming the tensor;
 - it turns an unreadable file given to ``--ckpt_path`` into one clear error naming
   the file (never torch's advice to load it with ``weights_only=False``).
 
 :class:`SafeCheckpoints` installs it on the trainer's strategy at setup, before a
-``--ckpt_path`` is read. Sharded (distributed-checkpoint) saves bypass CheckpointIO
-and are not covered.
+``--ckpt_path`` is read; under ModelParallelStrategy it also stages sharded saves
+(:mod:`lit_rlvr.sharded_checkpoints`). A checkpoint saved at the end of a step that
+validation follows is marked as stopped before that validation, so a run resumed from it
+runs that validation (Lightning would skip it, losing the row if the kill came first).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import math
 import os
+import re
+import socket
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import lightning.pytorch as pl
@@ -31,51 +46,143 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 log = logging.getLogger(__name__)
 
+ABSURD_WEIGHT = 1e4
+"""A weight with a larger magnitude is taken for corruption: trained transformer weights are far
+below it (initialised around 0.02, norms' scales near 1). Loading one warns, naming the tensor;
+a save holding one is not counted as the last good checkpoint."""
+
+_TEMPORARY = re.compile(r"^\.(?P<target>.+)\.(?P<kind>tmp|staging|old)-(?P<tag>[^/]+)$")
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
 
 class InvalidCheckpointError(RuntimeError):
     """A checkpoint file that cannot be read back as a complete lit-rlvr checkpoint."""
+
+
+class DiskFullError(OSError):
+    """A checkpoint could not be written for want of disk space; nothing was replaced."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+
+
+@dataclass
+class Verdict:
+    """What a checkpoint's tensors say about it (see :func:`judge_weights`)."""
+
+    nonfinite: Optional[str] = None
+    """The first tensor with a NaN or ±inf ("weight <name>" or "optimizer ..."), None if none."""
+    largest: float = 0.0
+    """The largest |w| over the weights."""
+    largest_name: str = ""
+    trouble: int = 0
+    """Optimizer steps skipped in a row (non-finite) when it was saved."""
+
+    @property
+    def absurd(self) -> bool:
+        return self.largest > ABSURD_WEIGHT
+
+    @property
+    def good(self) -> bool:
+        return self.nonfinite is None and not self.absurd and self.trouble == 0
+
+    def why_not_good(self) -> str:
+        if self.nonfinite is not None:
+            return f"{self.nonfinite} holds non-finite values"
+        if self.absurd:
+            return f"weight {self.largest_name} holds |w| = {self.largest:.3g}, above {ABSURD_WEIGHT:g}"
+        return f"the last {self.trouble} optimizer step(s) had a non-finite loss or gradient"
+
+
+def judge_weights(checkpoint: dict[str, Any], reduce: Optional[Callable[[float, str], float]] = None) -> Verdict:
+    """Non-finite tensors, the largest |weight| and the run's trouble count of ``checkpoint``.
+
+    Sharded tensors are judged by this rank's shard; ``reduce(value, op)`` (a collective every rank
+    calls) makes the verdict the same on every rank.
+    """
+    verdict = Verdict(nonfinite=first_nonfinite(checkpoint))
+    for name, t in checkpoint.get("state_dict", {}).items():
+        t = _local(t)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+            m = float(t.detach().abs().max())
+            if math.isfinite(m) and m > verdict.largest:
+                verdict.largest, verdict.largest_name = m, name
+    if reduce is not None:
+        if reduce(float(verdict.nonfinite is not None), "sum") > 0 and verdict.nonfinite is None:
+            verdict.nonfinite = "a tensor of another rank's shard"
+        top = reduce(verdict.largest, "max")
+        if top > verdict.largest:
+            verdict.largest, verdict.largest_name = top, "(in another rank's shard)"
+    verdict.trouble = int(checkpoint.get("lit_rlvr", {}).get("nonfinite", {}).get("in_a_row", 0))
+    return verdict
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """TorchCheckpointIO whose saves are atomic and finite, and whose load errors name the file."""
 
     def __init__(self) -> None:
-        self.last_good: Optional[tuple[str, int]] = None
-        """(path, global step) of the last checkpoint written or loaded whole: what an error points the user to."""
-        self._refusing = False
+        self.good: list[tuple[str, int]] = []
+        """(path, global step) of the checkpoints written or loaded good, oldest first."""
+        self.suspect: Optional[str] = None
+        """Why the checkpoint this run resumed from is not good, when it is not."""
+        self._keeping = False
+
+    @property
+    def last_good(self) -> Optional[tuple[str, int]]:
+        """(path, global step) of the newest good checkpoint still on disk: what an error points the user to."""
+        for path, step in reversed(self.good):
+            if os.path.exists(path):
+                return path, step
+        return None
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
         if not _is_local_file_protocol(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
-        where = first_nonfinite(checkpoint)
-        if where is not None:
-            self._refusing = True
-            log.warning(
-                "not writing checkpoint %s: %s holds non-finite values; the previous checkpoints are kept (%s)",
-                path, where, self._last_good_text(),
-            )
-            return
-        path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
+        path = os.path.abspath(os.fspath(path))
+        verdict = judge_weights(checkpoint)
+        if verdict.nonfinite is not None:
+            return self.refuse(path, verdict)
+        folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{process_tag()}")
+        out = None
         try:
             with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
+                out = _Recorder(f)
+                torch.save(checkpoint, out)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as e:
             if os.path.exists(tmp):
                 os.remove(tmp)
+            if disk_full_cause(e) is not None or (out is not None and disk_full_cause(out.error) is not None):
+                raise DiskFullError(disk_full_message(path, self.last_good_text(folder))) from e
             raise
-        _fsync_dir(folder)
-        self._refusing = False
-        self.last_good = (path, int(checkpoint.get("global_step", -1)))
+        fsync_dir(folder)
+        self.saved(path, int(checkpoint.get("global_step", -1)), verdict)
+
+    def saved(self, path: str, step: int, verdict: Verdict) -> None:
+        """Record a written checkpoint: good ones become the last good; others keep the older files."""
+        self.good = [g for g in self.good if g[0] != path]
+        if verdict.good:
+            self.good.append((path, step))
+            self._keeping = False
+            return
+        self._keeping = True
+        log.warning("wrote checkpoint %s, but not as a good one: %s; the older checkpoints are kept (%s)",
+                    path, verdict.why_not_good(), self.last_good_text())
+
+    def refuse(self, path: Any, verdict: Verdict) -> None:
+        """A checkpoint not written (non-finite): keep the files ModelCheckpoint would rotate away."""
+        self._keeping = True
+        log.warning("not writing checkpoint %s: %s; the previous checkpoints are kept (%s)",
+                    path, verdict.why_not_good(), self.last_good_text())
 
     def remove_checkpoint(self, path: Any) -> None:
-        if self._refusing:  # ModelCheckpoint rotates after each save; a refused save replaced nothing
-            log.info("keeping %s: the checkpoint meant to replace it was not written", path)
+        if self._keeping:  # ModelCheckpoint rotates after each save; the last save was refused or not good
+            log.info("keeping %s: the checkpoint meant to replace it was not written, or not good", path)
             return
         super().remove_checkpoint(path)
 
@@ -97,15 +204,77 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise _invalid(path, f"{type(e).__name__}: {reason}") from None
         if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
             raise _invalid(path, "it holds no state_dict")
-        where = first_nonfinite(checkpoint)
-        if where is None:
-            self.last_good = (os.fspath(path), int(checkpoint.get("global_step", -1)))
-        else:  # loaded all the same: the non-finite guard skips the steps it spoils and stops the run
-            log.warning("%s: %s holds non-finite values; expect non-finite steps, and resume from an earlier checkpoint", path, where)
+        self.loaded(os.path.abspath(os.fspath(path)), int(checkpoint.get("global_step", -1)), judge_weights(checkpoint))
         return checkpoint
 
-    def _last_good_text(self) -> str:
-        return describe(self.last_good)
+    def loaded(self, path: str, step: int, verdict: Verdict) -> None:
+        """Refuse non-finite weights; warn on an absurd weight or a non-finite optimizer state; else count it good."""
+        nonfinite = verdict.nonfinite or ""
+        if nonfinite.startswith("weight") or "another rank" in nonfinite:
+            raise _invalid(path, f"{nonfinite} holds NaN or infinite values, so it cannot be resumed from")
+        if verdict.absurd:
+            self.suspect = f"the checkpoint this run resumed from, {path}, is suspect: {verdict.why_not_good()}"
+            log.warning("!!! %s: weight %s holds |w| = %.3g, above %g: the checkpoint looks corrupted; expect non-finite "
+                        "steps, and resume from an earlier checkpoint !!!", path, verdict.largest_name, verdict.largest, ABSURD_WEIGHT)
+        elif verdict.nonfinite is not None:  # loaded all the same: the non-finite guard skips the steps it spoils and stops the run
+            log.warning("%s: %s holds non-finite values; expect non-finite steps, and resume from an earlier checkpoint",
+                        path, verdict.nonfinite)
+        else:
+            self.good.append((path, step))
+
+    def last_good_text(self, folder: Optional[str] = None) -> str:
+        """The last good checkpoint in words (with the folder's newest complete one when this run has none)."""
+        text = describe(self.last_good)
+        if self.last_good is None and folder:
+            from lit_rlvr.sharded_checkpoints import last_complete
+
+            other = last_complete(folder)
+            text = f"{text}; the last complete checkpoint in {folder} is {other}" if other else text
+        return f"{text}; {self.suspect}" if self.suspect and self.last_good is None else text
+
+
+class _Recorder:
+    """A file's ``write`` that remembers the OSError it raised (torch's writer reports it as a bare RuntimeError)."""
+
+    def __init__(self, f: Any) -> None:
+        self._f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def disk_full_cause(error: Optional[BaseException]) -> Optional[OSError]:
+    """The no-space OSError behind ``error`` (its causes, contexts, a distributed checkpoint's per-rank failures)."""
+    seen: set[int] = set()
+    todo = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _FULL:
+            return e
+        if isinstance(e, BaseException) and "No space left on device" in str(e):
+            return OSError(errno.ENOSPC, str(e))
+        todo += [getattr(e, "__cause__", None), getattr(e, "__context__", None), getattr(e, "exception", None)]
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            todo += list(failures.values())
+    return None
+
+
+def disk_full_message(path: Any, last_good: str) -> str:
+    """One line: disk full, where, and the last complete checkpoint."""
+    return (f"disk full: no space left on the device of {os.path.dirname(os.path.abspath(path))} while writing the "
+            f"checkpoint {os.path.basename(path)}; nothing was replaced. {last_good[0].upper()}{last_good[1:]}. "
+            f"Free space there and resume from it")
 
 
 def describe(last_good: Optional[tuple[str, int]]) -> str:
@@ -119,7 +288,7 @@ def last_good_checkpoint(trainer: "pl.Trainer") -> str:
     """The trainer's last good checkpoint, in words, for error messages."""
     io = getattr(trainer.strategy, "_checkpoint_io", None)
     if isinstance(io, AtomicCheckpointIO):
-        return describe(io.last_good)
+        return io.last_good_text()
     return describe((trainer.ckpt_path, -1) if trainer.ckpt_path else None)
 
 
@@ -136,20 +305,63 @@ def first_nonfinite(checkpoint: dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _local(t: Any) -> Any:
+    return t.to_local() if hasattr(t, "to_local") else t  # a DTensor: this rank's shard
+
+
 def _has_nonfinite(t: Any) -> bool:
+    t = _local(t)
     return isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())
 
 
 def _invalid(path: Any, reason: str) -> InvalidCheckpointError:
+    from lit_rlvr.sharded_checkpoints import last_complete
+
     folder = os.path.dirname(os.path.abspath(path))
+    other = last_complete(folder, exclude=path)
     return InvalidCheckpointError(
         f"{path} is not a valid, complete lit-rlvr checkpoint ({reason}). It may have been cut short "
         f"(a full disk, a killed write) or not be a checkpoint at all: resume from an earlier one, such as "
-        f"the previous step's checkpoint in {folder}."
+        f"the previous step's checkpoint in {folder}" + (f"; the last complete checkpoint there is {other}" if other else "")
     )
 
 
-def _fsync_dir(folder: str) -> None:
+def process_tag() -> str:
+    """``<host>-<pid>``: names this process's temporaries, so a later start can tell whether their writer still runs."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def parse_temporary(name: str) -> tuple[Optional[str], Optional[str]]:
+    """(target name, kind) of a checkpoint temporary ``.<target>.<kind>-<tag>``, (None, None) for any other name."""
+    m = _TEMPORARY.match(name)
+    return (m["target"], m["kind"]) if m else (None, None)
+
+
+def is_stale(name: str) -> bool:
+    """Whether the temporary ``name`` belongs to a process of this host that is no longer running."""
+    m = _TEMPORARY.match(name)
+    if not m:
+        return False
+    host, _, pid = m["tag"].rpartition("-")
+    if (host and host != socket.gethostname()) or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def fsync_file(path: Any) -> None:
+    """Flush a written file to disk (a no-op for folders)."""
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+
+
+def fsync_dir(folder: str) -> None:
     """Make the rename itself durable (POSIX); harmless where directories cannot be opened."""
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -163,16 +375,61 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
+def mark_pending_validation(trainer: "pl.Trainer", checkpoint: dict[str, Any]) -> None:
+    """Mark a checkpoint saved between a step and the validation that follows it as stopped inside that validation.
+
+    Lightning saves ``every_n_train_steps`` checkpoints at the end of the step, before the validation of
+    that step; resumed from one, it skips that validation, so a kill during it loses the row for good.
+    Marked, Lightning runs it first (and a run that did finish it logs it again, with the same weights).
+    """
+    if not trainer.training or trainer.sanity_checking:
+        return
+    try:
+        due = trainer.fit_loop.epoch_loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
+    except Exception:  # Lightning internals moved: leave the checkpoint as Lightning wrote it
+        return
+    loops = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress, state = loops.get("epoch_loop.val_loop.batch_progress"), loops.get("epoch_loop.state_dict", {})
+    if not due or not progress or "_batches_that_stepped" not in state:
+        return
+    for part in ("total", "current"):
+        done = int(progress[part]["completed"])
+        progress[part] = {**progress[part], "ready": done + 1, "started": done + 1, "processed": done}
+    # the logging step: Lightning adds 1 on restart and 1 after the validation it now runs, where the step added 1
+    loops["epoch_loop.state_dict"] = {**state, "_batches_that_stepped": int(state["_batches_that_stepped"]) - 1}
+
+
 class SafeCheckpoints(pl.Callback):
-    """Installs :class:`AtomicCheckpointIO` on the strategy at setup (before ``--ckpt_path`` is read).
+    """Installs :class:`AtomicCheckpointIO` on the strategy at setup (before ``--ckpt_path`` is read), stages
+    sharded saves, cleans up after killed saves at the start of training, and marks pending validations.
 
     A strategy with a CheckpointIO of another kind (a plugin the user chose) is left as it is.
     """
 
     def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
+        from lightning.pytorch.strategies import ModelParallelStrategy
+
         strategy = trainer.strategy
         current = getattr(strategy, "_checkpoint_io", None)
         if current is None or type(current) is TorchCheckpointIO:
-            strategy.checkpoint_io = AtomicCheckpointIO()
+            strategy.checkpoint_io = current = AtomicCheckpointIO()
         elif not isinstance(current, AtomicCheckpointIO):
             log.info("keeping the configured %s: checkpoint writes are not made atomic", type(current).__name__)
+        if isinstance(strategy, ModelParallelStrategy) and isinstance(current, AtomicCheckpointIO):
+            from lit_rlvr.sharded_checkpoints import install
+
+            install(strategy, current)
+
+    def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
+        if not trainer.is_global_zero:
+            return
+        from lit_rlvr.sharded_checkpoints import recover
+
+        folders = {getattr(cb, "dirpath", None) for cb in trainer.checkpoint_callbacks}
+        if trainer.ckpt_path and _is_local_file_protocol(trainer.ckpt_path):
+            folders.add(os.path.dirname(os.path.abspath(trainer.ckpt_path)))
+        for folder in sorted(f for f in folders if f and _is_local_file_protocol(f)):
+            recover(folder)
+
+    def on_save_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
+        mark_pending_validation(trainer, checkpoint)
