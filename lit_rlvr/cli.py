@@ -27,18 +27,39 @@ from typing import Any, Optional
 
 from jsonargparse import set_parsing_settings
 from lightning.pytorch import LightningDataModule, Trainer
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from lit_rlvr.checkpointing import AtomicCheckpointIO, InvalidCheckpointError
-from lit_rlvr.config_checks import check_model_parallel, check_run_is_bounded, init_error_message, method_config_notices, resolve_class_path
+from lit_rlvr.config_checks import (
+    check_model_parallel, check_run_is_bounded, config_files, init_error_message, method_config_notices,
+    parse_error_line, resolve_class_path,
+)
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.policy_module import PolicyModule
+from lit_rlvr.runs import place_run, resume_mismatch
 from lit_rlvr.summary import RunSummary
+
+
+class LitRLVRParser(LightningArgumentParser):
+    """jsonargparse's parser whose errors end on one line naming the bad key or class path and the fix."""
+
+    def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
+        line = parse_error_line(message, prog="lit-rlvr") if self.exit_on_error else None
+        super().error(f"{message}\n{line}" if line else message, ex)
 
 
 class LitRLVRCLI(LightningCLI):
     """LightningCLI with lit-rlvr's defaults and start-up checks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("parser_class", LitRLVRParser)
+        super().__init__(*args, **kwargs)
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        raw = sys.argv[1:] if args is None else args
+        self._config_files = config_files(raw) if isinstance(raw, (list, tuple)) else []
+        super().parse_arguments(parser, args)
 
     def add_arguments_to_parser(self, parser) -> None:
         # subclass mode: a config without class_path means GRPO on prompts, as before
@@ -70,10 +91,14 @@ class LitRLVRCLI(LightningCLI):
         _fail_if(check_model_parallel(trainer))
         if self.subcommand == "fit" and _endless_training(config.get("data")):
             _fail_if(check_run_is_bounded(trainer))
-        notices, error = method_config_notices(config.get("config") or [])
+        # the --config files from the arguments: the parsed config loses them under omegaconf+ parsing
+        notices, error = method_config_notices(getattr(self, "_config_files", None) or config.get("config") or [])
         _fail_if(error)
         for notice in notices:
             _notice(notice)
+        ckpt_path = config.get("ckpt_path")
+        if self.subcommand == "fit" and isinstance(ckpt_path, str) and os.path.exists(ckpt_path):
+            _fail_if(resume_mismatch(ckpt_path, config.as_dict() if hasattr(config, "as_dict") else dict(config)))
 
     def instantiate_classes(self) -> None:
         """Build the classes; a class that rejects its config fails naming its config key and its own message."""
@@ -92,6 +117,10 @@ class LitRLVRCLI(LightningCLI):
         callbacks = config.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
         kwargs["callbacks"] = callbacks + console_callbacks(config, callbacks) + [RunSummary()]
+        if self.subcommand == "fit":  # one version_N for this fit's loggers, checkpoints and export
+            loggers = config.get("logger")
+            loggers = list(loggers) if isinstance(loggers, (list, tuple)) else [loggers]
+            place_run(loggers, self.model, self._subconfig().get("ckpt_path"))
         return super().instantiate_trainer(**kwargs)
 
 

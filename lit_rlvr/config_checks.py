@@ -10,20 +10,27 @@ Used by ``LitRLVRCLI`` (``lit_rlvr/cli.py``):
 - ``method_config_notices``: a later ``--config`` that sets ``trainer.callbacks``
   replaces the list set by an earlier one (lists are not merged); say which file
   replaced which, and fail when both brought a rollout allocator;
+- ``parse_error_line``: the last line of a parse error (an unknown key, a class path
+  typo): the key, the class and the fix, out of jsonargparse's "Union subtypes" dump;
 - ``check_model_parallel``: FSDP2 (ModelParallelStrategy) with tensor parallelism, or a
   data-parallel size that is not the number of processes.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
+import re
 import types
 from typing import Any, Iterator, Optional, Sequence
 
 import yaml
 
-__all__ = ["check_model_parallel", "check_run_is_bounded", "init_error_message", "method_config_notices"]
+__all__ = [
+    "check_model_parallel", "check_run_is_bounded", "config_files", "init_error_message", "method_config_notices",
+    "parse_error_line",
+]
 
 
 # --------------------------------------------------------------------------- init errors
@@ -103,6 +110,22 @@ def check_run_is_bounded(trainer: dict[str, Any]) -> Optional[str]:
 
 
 # --------------------------------------------------------------------------- method configs
+def config_files(args: Sequence[Any]) -> list[str]:
+    """The ``--config``/``-c`` files of a command line, in order.
+
+    Read from the arguments, not the parsed config: omegaconf+ parsing drops its ``config``
+    entry whenever an interpolation (as in every shipped logger) is resolved.
+    """
+    out: list[str] = []
+    it = iter(str(a) for a in args)
+    for arg in it:
+        if arg in ("--config", "-c"):
+            out += [v for v in [next(it, None)] if v]
+        elif arg.startswith("--config="):
+            out.append(arg.split("=", 1)[1])
+    return out
+
+
 def method_config_notices(config_files: Sequence[Any]) -> tuple[list[str], Optional[str]]:
     """``(notices, error)`` for ``--config`` files whose ``trainer.callbacks`` replace an earlier file's.
 
@@ -188,3 +211,94 @@ def check_model_parallel(trainer: Any) -> Optional[str]:
             f"be equal. Set {key}.data_parallel_size={world if world else '<devices x num_nodes>'}"
         )
     return None
+
+
+# --------------------------------------------------------------------------- parse errors
+def parse_error_line(message: str, prog: str = "lit-rlvr") -> Optional[str]:
+    """One line naming the bad key or class path of a jsonargparse error, and the fix; None if not recognised.
+
+    jsonargparse reports an unknown key under a class (``model``, ``data``, a callback) as a
+    "Union subtypes" dump; this reads the key, the class and the option back out of it.
+    """
+    if message.startswith('Invalid option "comments" for --print_config'):
+        return (
+            "--print_config=comments needs the ruamel.yaml package (pip install ruamel.yaml); without it use "
+            f"--print_config for the full config and '{prog} fit --help' for each option's documentation"
+        )
+    m = re.search(r"has no attribute '(\w+)'|No module named '([\w.]+)'", message)
+    given = re.search(r"Problem with given class_path '([\w.]+)'", message)
+    if m and given:
+        return _class_path_typo(_parser_key(message) or "a class_path", given.group(1))
+    key = _parser_key(message)
+    cls = resolve_class_path(given.group(1)) if given else None
+    m = re.search(r"[Uu]nrecognized arguments: --?([\w.]+)", message)
+    if m:
+        dotted = m.group(1) if key is None else f"{key}.{m.group(1)}"
+        return _unknown_option(dotted, key, cls, given.group(1) if given else None, prog)
+    m = re.search(r"Group '([\w.]+)' does not accept option '(\w+)'|Option '([\w.]+)' is not accepted", message)
+    if m:
+        inner = f"{m.group(1)}.{m.group(2)}" if m.group(1) else m.group(3)
+        return _unknown_option(f"{key}.{inner}" if key else inner, key, cls, given.group(1) if given else None, prog)
+    return None
+
+
+def _parser_key(message: str) -> Optional[str]:
+    m = re.match(r'Parser key "([\w.]+)"', message)
+    return m.group(1) if m else None
+
+
+def _unknown_option(dotted: str, key: Optional[str], cls: Any, class_path: Optional[str], prog: str) -> str:
+    parts = dotted.split(".")
+    group, option = ".".join(parts[:-1]), parts[-1]
+    inner = parts[len(key.split(".")) : -1] if key else parts[:-1]
+    target = cls
+    if target is None and parts[0] == "trainer":
+        from lightning.pytorch import Trainer
+
+        target, inner = Trainer, parts[1:-1]
+    accepted = _accepted_options(target, inner) if target is not None else []
+    close = difflib.get_close_matches(option, accepted, n=1, cutoff=0.6)
+    owner = f" ({class_path})" if class_path else ""
+    hint = f"did you mean {group + '.' if group else ''}{close[0]}? " if close else ""
+    return (
+        f"{group or 'the config'}{owner} does not accept option '{option}': {hint}fix the key in your --config "
+        f"file or flag ('{prog} fit --help' lists every option)"
+    )
+
+
+def _accepted_options(target: Any, path: Sequence[str]) -> list[str]:
+    """The option names of ``target`` (a class's ``__init__`` or a dataclass) after following ``path``."""
+    import dataclasses
+    import inspect
+    import typing
+
+    def options(t: Any) -> dict[str, Any]:
+        try:
+            if dataclasses.is_dataclass(t):
+                hints = typing.get_type_hints(t)
+                return {f.name: hints.get(f.name) for f in dataclasses.fields(t)}
+            hints = typing.get_type_hints(t.__init__)
+            params = inspect.signature(t.__init__).parameters.values()
+            return {p.name: hints.get(p.name) for p in params if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        except Exception:
+            return {}
+
+    for part in path:
+        t = options(target).get(part)
+        args = [a for a in typing.get_args(t) if a is not type(None)]  # Optional[X] -> X
+        target = args[0] if len(args) == 1 else t
+        if target is None:
+            return []
+    return list(options(target))
+
+
+def _class_path_typo(key: str, class_path: str) -> str:
+    module_name, _, name = class_path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+        names = [n for n in getattr(module, "__all__", dir(module)) if isinstance(getattr(module, n, None), type)]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        hint = f"did you mean {module_name}.{close[0]}?" if close else f"it offers {', '.join(sorted(names)[:12])};"
+        return f"{key}: class_path {class_path} does not exist: {module_name} has no class {name}; {hint} fix it in your --config file or flag"
+    except ImportError:
+        return f"{key}: class_path {class_path} does not import (no module {module_name}): check the spelling"

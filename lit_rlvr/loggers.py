@@ -20,7 +20,11 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 
 class AtomicExperimentWriter(ExperimentWriter):
-    """Lightning's CSV experiment writer with an atomic ``save``."""
+    """Lightning's CSV experiment writer with an atomic ``save``, keeping the rows of a resumed run."""
+
+    def _check_log_dir_exists(self) -> None:
+        """Lightning deletes an existing metrics.csv here; a resumed fit writes on into its run's folder
+        (``lit_rlvr.runs``), so its earlier rows stay and ``save`` appends to them."""
 
     def save(self) -> None:
         if not self.metrics:

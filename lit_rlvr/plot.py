@@ -1,10 +1,11 @@
-"""A run's metrics across its CSVLogger versions, and its reward/accuracy plot.
+"""A run's metrics and its reward/accuracy plot.
 
-A fit resumed with ``--ckpt_path`` logs into a new ``version_N`` that continues the step
-count, so one run's rows are spread over ``csv/version_*/metrics.csv``. ``load_run`` merges
-them in version-number order (``version_4`` before ``version_20``): for a step that a later
-version logged again, that version's rows replace the earlier ones; the result is in step
-order. ``scripts/plot_run.py`` and the end-of-fit summary (``lit_rlvr.summary``) share this.
+Each fit is one run: one ``csv/version_N/metrics.csv`` (``lit_rlvr.runs``). A fit resumed with
+``--ckpt_path`` writes on into the same file, so a step logged before the stop and again after
+the resume appears twice: ``read_run`` keeps the resumed rows of such steps, in step order.
+``load_run`` reads one version of a run folder (the latest unless told), never several mixed;
+``plot_runs`` draws several runs side by side when asked. ``scripts/plot_run.py`` and the
+end-of-fit summary (``lit_rlvr.summary``) share this.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def read_metrics(path: PathLike) -> list[Row]:
 
 
 def merge_versions(versions: Iterable[list[Row]]) -> list[Row]:
-    """Rows of consecutive versions as one run: a later version's rows replace earlier rows of the same
+    """Consecutive stretches of one run as one: a later stretch's rows replace earlier rows of the same
     steps; step order, file order within a step."""
     merged: list[Row] = []
     for rows in versions:
@@ -63,12 +64,31 @@ def merge_versions(versions: Iterable[list[Row]]) -> list[Row]:
     return sorted(merged, key=lambda r: r["step"])  # stable: file order kept within a step
 
 
-def load_run(run: PathLike, upto: Optional[PathLike] = None) -> list[Row]:
-    """Every row of ``run`` across its versions (``upto``: only versions up to that metrics.csv's)."""
+def read_run(path: PathLike) -> list[Row]:
+    """One run's metrics.csv: where the step count goes back (a resume from an earlier checkpoint),
+    the rows after it replace those of the steps it repeats."""
+    stretches: list[list[Row]] = [[]]
+    for r in read_metrics(path):
+        if "step" in r and stretches[-1] and r["step"] < max(x.get("step", 0) for x in stretches[-1]):
+            stretches.append([])
+        stretches[-1].append(r)
+    return merge_versions(stretches)
+
+
+def load_run(run: PathLike, version: Optional[int] = None) -> list[Row]:
+    """The rows of one run under ``run``: ``version_<version>``, or the latest version."""
+    return read_run(run_file(run, version))
+
+
+def run_file(run: PathLike, version: Optional[int] = None) -> Path:
+    """The metrics.csv of ``version`` (default: the latest) under ``run``."""
     paths = metrics_files(run)
-    if upto is not None:
-        paths = [p for p in paths if version_number(p) <= version_number(upto)]
-    return merge_versions(read_metrics(p) for p in paths)
+    if version is None:
+        return paths[-1]
+    found = [p for p in paths if version_number(p) == version]
+    if not found:
+        raise FileNotFoundError(f"no version_{version} under {run} (it has {', '.join(p.parent.name for p in paths)})")
+    return found[0]
 
 
 def heldout(rows: list[Row]) -> list[tuple[int, Row, bool]]:
@@ -89,25 +109,36 @@ def heldout(rows: list[Row]) -> list[tuple[int, Row, bool]]:
 
 def plot_run(rows: list[Row], out: PathLike, smooth: int = 5, title: Optional[str] = None) -> Path:
     """Training accuracy (per step and its moving average) and held-out accuracy over steps, as a PNG."""
+    return plot_runs({"": rows}, out, smooth=smooth, title=title)
+
+
+def plot_runs(runs: dict[str, list[Row]], out: PathLike, smooth: int = 5, title: Optional[str] = None) -> Path:
+    """``plot_run`` for several runs in one figure, one color each, labelled by the keys of ``runs``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    train = [r for r in rows if "reward/mean" in r]
-    steps = [int(r["step"]) + 1 for r in train]
-    reward = [r.get("reward/accuracy", r["reward/mean"]) for r in train]
-    w = max(1, smooth)
-    moving = [sum(reward[max(0, i - w + 1) : i + 1]) / len(reward[max(0, i - w + 1) : i + 1]) for i in range(len(reward))]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, reward, color="tab:blue", alpha=0.3, label="training accuracy (sampled rollouts)")
-    ax.plot(steps, moving, color="tab:blue", label=f"same, {w}-step moving average")
-    evals = heldout(rows)
-    keys = sorted({k for _, val, _ in evals for k in val}, key=lambda k: (k != "val/pass@1", k))
-    colors = ["tab:green", "tab:orange", "tab:red", "tab:purple"]
-    for key, color in zip(keys, colors):
-        points = [(s, val[key]) for s, val, _ in evals if key in val]
-        ax.plot([s for s, _ in points], [v for _, v in points], "o", markersize=8, color=color, label=f"held-out {key[4:]}")
+    w = max(1, smooth)
+    palette = ["tab:blue", "tab:red", "tab:purple", "tab:brown", "tab:olive", "tab:cyan"]
+    for n, (label, rows) in enumerate(runs.items()):
+        name = f"{label}: " if label else ""
+        train = [r for r in rows if "reward/mean" in r]
+        steps = [int(r["step"]) + 1 for r in train]
+        reward = [r.get("reward/accuracy", r["reward/mean"]) for r in train]
+        moving = [sum(reward[max(0, i - w + 1) : i + 1]) / len(reward[max(0, i - w + 1) : i + 1]) for i in range(len(reward))]
+        color = palette[n % len(palette)]
+        ax.plot(steps, reward, color=color, alpha=0.3, label=f"{name}training accuracy (sampled rollouts)")
+        ax.plot(steps, moving, color=color, label=f"{name}same, {w}-step moving average")
+        evals = heldout(rows)
+        keys = sorted({k for _, val, _ in evals for k in val}, key=lambda k: (k != "val/pass@1", k))
+        markers = ["o", "s", "^", "D"] if len(runs) > 1 else ["o"] * 4
+        colors = [color] * 4 if len(runs) > 1 else ["tab:green", "tab:orange", "tab:red", "tab:purple"]
+        for key, marker, c in zip(keys, markers, colors):
+            points = [(s, val[key]) for s, val, _ in evals if key in val]
+            ax.plot([s for s, _ in points], [v for _, v in points], marker, linestyle="", markersize=8, color=c,
+                    label=f"{name}held-out {key[4:]}")
     ax.set_xlabel("training steps done")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)

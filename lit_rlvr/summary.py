@@ -2,11 +2,13 @@
 
 ``RunSummary`` (added by ``lit-rlvr fit`` beside any ``trainer.callbacks``) runs on global rank 0
 once the fit has finished, after the module's ``on_fit_end`` has exported the policy. It writes
-``reward.png`` beside ``metrics.csv`` (a resumed run plotted whole, ``lit_rlvr.plot``) and prints:
+``reward.png`` beside ``metrics.csv`` (this run only; a resumed run writes on into its own
+version, ``lit_rlvr.runs``, and is plotted whole) and prints:
 
 - held-out accuracy (every ``val/*`` metric) before training and at the last evaluation;
 - rollouts generated and in the gradient (the cumulative counters, ``lit_rlvr.accounting``);
-- where the metrics, the checkpoint (``last.ckpt``), the exported policy and the plot are.
+- where the metrics, the checkpoint (``last.ckpt``), the exported policy and the plot are;
+- last, what to do when a resume had nothing left to train, or that the random ``tiny`` policy's 0.000 is expected.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 from lightning.pytorch.loggers import CSVLogger
 
-from lit_rlvr.plot import heldout, load_run, plot_run, read_metrics
+from lit_rlvr.plot import heldout, plot_run, read_run
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,10 @@ class RunSummary(pl.Callback):
 
     def __init__(self, plot: bool = True) -> None:
         self.plot = plot
+        self.batches = 0  # training batches this fit ran (a resume at max_steps runs none)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.batches += 1
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # teardown, not on_fit_end: it runs after the module's on_fit_end (the export), and only
@@ -59,20 +65,37 @@ class RunSummary(pl.Callback):
                 plot = plot_run(rows, metrics_csv.parent / PLOT_NAME, title=_show(metrics_csv.parent))
             except Exception as e:  # a plot must never fail a finished run
                 log.warning("lit-rlvr: could not write the reward plot: %s", e)
-        print("\n".join(self.lines(trainer, pl_module, rows, plot)), flush=True)
+        lines = self.lines(trainer, pl_module, rows, plot, csv_logger is not None)
+        print("\n".join(lines + self.last_word(trainer, pl_module, self.batches)), flush=True)
 
     @staticmethod
     def _rows(trainer: pl.Trainer, metrics_csv: Optional[Path]) -> list[dict[str, float]]:
-        """This run's metrics: its own version, or with a resumed fit every version up to it."""
+        """This run's metrics (its own version; a resumed fit's rows follow its earlier ones there)."""
         if metrics_csv is None or not metrics_csv.is_file():
             return []
-        if trainer.ckpt_path:
-            return load_run(metrics_csv.parent.parent, upto=metrics_csv)
-        return read_metrics(metrics_csv)
+        return read_run(metrics_csv)
+
+    @staticmethod
+    def last_word(trainer: pl.Trainer, pl_module: pl.LightningModule, batches: int) -> list[str]:
+        """A closing line where the numbers above would mislead: a resume with nothing to train, a random policy."""
+        steps = int(getattr(pl_module, "steps_done", trainer.global_step))
+        if trainer.ckpt_path and batches == 0:
+            return [
+                f"lit-rlvr: nothing trained: the checkpoint {_show(trainer.ckpt_path)} is already at step {steps} "
+                f"and trainer.max_steps={trainer.max_steps}; to continue the run, resume with a higher "
+                f"--trainer.max_steps (e.g. {steps + max(steps, 10)})"
+            ]
+        if getattr(getattr(pl_module, "policy_config", None), "name_or_path", None) == "tiny":
+            return [
+                "lit-rlvr: the policy is the random 'tiny' test model: held-out accuracy near 0.000 is expected "
+                "(a smoke run checks the pipeline, not learning; configs/quickstart.yaml learns)"
+            ]
+        return []
 
     @staticmethod
     def lines(
-        trainer: pl.Trainer, pl_module: pl.LightningModule, rows: list[dict[str, float]], plot: Optional[Path]
+        trainer: pl.Trainer, pl_module: pl.LightningModule, rows: list[dict[str, float]], plot: Optional[Path],
+        has_csv: bool = True,
     ) -> list[str]:
         steps = int(getattr(pl_module, "steps_done", trainer.global_step))
         out = [f"lit-rlvr: fit finished after {steps} training steps"]
@@ -87,8 +110,13 @@ class RunSummary(pl.Callback):
             for k in keys:
                 b, a = (f"{d[k]:.3f}" if k in d else "  -  " for d in (before, after))
                 out.append(f"    {k:<19} {b:>6}   {a:>6}")
+        elif trainer.limit_val_batches == 0:
+            out.append("  held-out accuracy     not measured (trainer.limit_val_batches=0)")
         else:
-            out.append("  held-out accuracy     not measured (no validation ran: see trainer.limit_val_batches)")
+            out.append(
+                "  held-out accuracy     not measured yet (validation runs every trainer.val_check_interval="
+                f"{trainer.val_check_interval} steps; model.evaluation.before_training adds one at step 0)"
+            )
         totals = getattr(pl_module, "totals", None)
         if totals is not None:
             share = f" ({totals.rollouts_in_gradient / totals.rollouts_generated:.0%})" if totals.rollouts_generated else ""
@@ -101,7 +129,7 @@ class RunSummary(pl.Callback):
                 out.append(f"  reward failures       {totals.reward_errors} errors, {totals.reward_timeouts} timeouts (scored 0)")
         for i, logger in enumerate(trainer.loggers):
             where = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else logger.log_dir
-            if where:
+            if where and (not isinstance(logger, CSVLogger) or Path(where).is_file()):
                 out.append(f"  {'metrics' if i == 0 else '':<21} {_show(where)} ({type(logger).__name__})")
         saved = [getattr(cb, "last_model_path", "") or getattr(cb, "best_model_path", "") for cb in trainer.checkpoint_callbacks]
         saved = [p for p in saved if p]
@@ -116,5 +144,6 @@ class RunSummary(pl.Callback):
             if export_dir
             else "  exported policy       none (set model.export_dir)"
         )
-        out.append(f"  plot                  {_show(plot) if plot else 'none' if rows else 'none (needs a CSVLogger)'}")
+        why = "" if plot else " (no metrics logged)" if has_csv else " (needs a CSVLogger)"
+        out.append(f"  plot                  {_show(plot) if plot else 'none'}{why}")
         return out

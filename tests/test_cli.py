@@ -191,4 +191,4 @@ def test_default_root_dir_moves_the_export_and_every_logger(capsys, config):
 
     printed = yaml.safe_load(capsys.readouterr().out)
     assert [lg["init_args"]["save_dir"] for lg in printed["trainer"]["logger"]] == ["X"] * len(printed["trainer"]["logger"])
-    assert printed["model"]["init_args"]["export_dir"] == "X/policy"
+    assert printed["model"]["init_args"]["export_dir"] == "X/policy/{run}"  # {run}: the fit's version_N

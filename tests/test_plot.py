@@ -1,4 +1,4 @@
-"""lit_rlvr.plot: a run resumed into later versions is read and plotted whole, in step order."""
+"""lit_rlvr.plot: one run per version, a resumed run read whole in step order, several runs never mixed."""
 
 import csv
 import runpy
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.plot import heldout, load_run, metrics_files, plot_run
+from lit_rlvr.plot import heldout, load_run, metrics_files, plot_run, read_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,30 +27,42 @@ def _train(step: int, acc: float) -> dict:
 
 @pytest.fixture
 def resumed_run(tmp_path) -> Path:
-    """version_4: an evaluation before training, steps 0-5; version_20 resumed at step 4, ran to step 9."""
+    """version_0: an evaluation before training, steps 0-5, then resumed from step 4 into the same file to step 9;
+    version_1: another fit in the same folder."""
     csv_dir = tmp_path / "run" / "csv"
-    _write(csv_dir / "version_4" / "metrics.csv", [{"step": 0, "val/pass@1": 0.1}] + [_train(s, 0.1) for s in range(6)])
-    _write(csv_dir / "version_20" / "metrics.csv", [_train(s, 0.9) for s in range(4, 10)] + [{"step": 9, "val/pass@1": 0.7}])
+    _write(csv_dir / "version_0" / "metrics.csv", [{"step": 0, "val/pass@1": 0.1}] + [_train(s, 0.1) for s in range(6)]
+           + [_train(s, 0.9) for s in range(4, 10)] + [{"step": 9, "val/pass@1": 0.7}])
+    _write(csv_dir / "version_1" / "metrics.csv", [_train(s, 0.5) for s in range(3)])
     return tmp_path / "run"
 
 
-def test_versions_merge_in_number_order_and_later_rows_replace_earlier(resumed_run):
-    assert [p.parent.name for p in metrics_files(resumed_run)] == ["version_4", "version_20"]
-    rows = load_run(resumed_run)
+def test_a_resumed_run_reads_whole_and_its_resumed_rows_replace_the_repeated_steps(resumed_run):
+    rows = read_run(resumed_run / "csv" / "version_0" / "metrics.csv")
     train = [r for r in rows if "reward/mean" in r]
     assert [int(r["step"]) for r in train] == list(range(10))
-    assert [r["reward/mean"] for r in train] == [0.1] * 4 + [0.9] * 6  # steps 4, 5: version_20's
+    assert [r["reward/mean"] for r in train] == [0.1] * 4 + [0.9] * 6  # steps 4, 5: the resumed rows
     assert heldout(rows) == [(0, {"val/pass@1": 0.1}, True), (10, {"val/pass@1": 0.7}, False)]
-    # up to a version: what a run that is still at version_4 shows
-    assert [int(r["step"]) for r in load_run(resumed_run, upto=metrics_files(resumed_run)[0]) if "reward/mean" in r] == list(range(6))
 
 
-def test_plot_run_script_plots_the_whole_run(resumed_run, monkeypatch, capsys):
-    out = resumed_run / "reward.png"
-    monkeypatch.setattr(sys, "argv", ["plot_run.py", str(resumed_run), "--out", str(out)])
+def test_a_folder_of_several_fits_shows_one_run_unless_asked(resumed_run):
+    # before: load_run merged version_1 into version_0 as if one run (its steps 0-2 replaced version_0's)
+    assert [p.parent.name for p in metrics_files(resumed_run)] == ["version_0", "version_1"]
+    assert [r["reward/mean"] for r in load_run(resumed_run) if "reward/mean" in r] == [0.5] * 3  # the latest
+    assert len([r for r in load_run(resumed_run, version=0) if "reward/mean" in r]) == 10
+
+
+def test_plot_run_script_writes_into_the_run_folder(resumed_run, monkeypatch, capsys):
+    # before: reward.png in the working directory, both versions merged
+    monkeypatch.chdir(resumed_run.parent)
+    monkeypatch.setattr(sys, "argv", ["plot_run.py", "run", "--version", "0"])
     runpy.run_path(str(ROOT / "scripts" / "plot_run.py"), run_name="__main__")
+    out = resumed_run / "csv" / "version_0" / "reward.png"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert str(out) in capsys.readouterr().out
+    assert str(out.relative_to(resumed_run.parent)) in capsys.readouterr().out
+    assert not (resumed_run.parent / "reward.png").exists()
+    monkeypatch.setattr(sys, "argv", ["plot_run.py", "run", "--all"])
+    runpy.run_path(str(ROOT / "scripts" / "plot_run.py"), run_name="__main__")
+    assert (resumed_run / "csv" / "reward_all_versions.png").stat().st_size > 0
 
 
 def test_several_runs_under_one_folder_are_named_not_mixed(resumed_run, tmp_path):

@@ -68,14 +68,21 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
         for i, row in enumerate(pq.read_table(path).to_pylist(), start=1):
             yield i, row
         return
-    with path.open() as f:
-        for i, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for i, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{path}: row {i} is not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}): "
+                    "write the file as UTF-8 (the harvest does) or fix that row"
+                ) from None
             if not line.strip():
                 continue
             try:
                 yield i, json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: row {i} is not valid JSON ({e.msg})") from None
+                raise ValueError(f"{path}: row {i} is not valid JSON ({e.msg}): fix or remove that row") from None
 
 
 def _check_row(path: Path, i: int, row: Any) -> PreferencePair:
@@ -95,7 +102,21 @@ def _check_row(path: Path, i: int, row: Any) -> PreferencePair:
         rejected=row["rejected"],
         chosen_truncated=bool(row.get("chosen_truncated", False)),
         rejected_truncated=bool(row.get("rejected_truncated", False)),
-        prompt_id=int(row.get("prompt_id", -1)),
+        prompt_id=_prompt_id(path, i, row.get("prompt_id", -1)),
+    )
+
+
+def _prompt_id(path: Path, i: int, value: Any) -> int:
+    """``prompt_id`` as an int: an integer, or text of one (``"7"``); anything else fails naming the row."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ValueError(
+        f"{path}: row {i}: field 'prompt_id' must be an integer (the training prompt's index), got {value!r}: "
+        "fix that row or leave the field out"
     )
 
 
