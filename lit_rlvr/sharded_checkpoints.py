@@ -157,7 +157,7 @@ def _save(strategy: Any, save: Callable, io: "ck.AtomicCheckpointIO", checkpoint
         return save(checkpoint, filepath, storage_options)
     path = Path(strategy.broadcast(os.fspath(filepath))).absolute()
     verdict = ck.judge_weights(checkpoint, reduce=lambda x, op: _reduce(strategy, x, op))
-    if verdict.refuse:
+    if verdict.nonfinite is not None:  # every rank learnt it through reduce: all return
         io.refuse(path, verdict)
         return
     staging = path.parent / f".{path.name}.staging-{strategy.broadcast(ck.process_tag())}"

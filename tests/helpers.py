@@ -125,3 +125,32 @@ class DumpSurvivors(_SelectionCallback):
     def on_train_end(self, trainer, pl_module) -> None:
         _os.makedirs(self.out_dir, exist_ok=True)
         _torch.save(self.steps, _os.path.join(self.out_dir, f"survivors_rank{trainer.global_rank}.pt"))
+
+
+class KillMidShardWrite(_pl.Callback):
+    """kill -9 of the whole run (its process group) while rank 0 writes its shard of the ``save``-th checkpoint
+    of global step ``step`` (ModelCheckpoint writes the step file first, then ``last.ckpt``): one tensor of
+    the shard is on disk, the rest never will be."""
+
+    def __init__(self, step: int = 2, save: int = 2) -> None:
+        self.step, self.save, self.seen = step, save, 0
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        if trainer.global_step != self.step or trainer.global_rank != 0:
+            return
+        self.seen += 1
+        if self.seen != self.save:
+            return
+        import signal
+
+        import torch.distributed.checkpoint.filesystem as fs
+
+        write = fs._write_item
+
+        def write_then_die(*args, **kwargs):
+            result = write(*args, **kwargs)
+            args[1].flush()  # the stream: this much of the shard reaches the file
+            _os.killpg(_os.getpgid(0), signal.SIGKILL)
+            return result
+
+        fs._write_item = write_then_die

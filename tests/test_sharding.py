@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,8 +46,10 @@ def _run(workdir: Path, *extra: str, strategy: str = "fsdp2", expect: int = 0) -
     where = ["--config", FSDP2] if strategy == "fsdp2" else ["--trainer.strategy=ddp", "--trainer.devices=2"]
     cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, *where, "--config", GRESO,
            "--trainer.default_root_dir=run", *COMMON, *extra]
-    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    # a session of its own: a kill -9 of the run's process group reaches both ranks and nothing else
+    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900, start_new_session=True)
     assert done.returncode == expect, done.stderr[-4000:]
+    (workdir / "stderr.txt").write_text(done.stderr)
     return workdir
 
 
@@ -159,3 +162,29 @@ def test_killed_and_resumed_run_continues_like_an_uninterrupted_one(runs, tmp_pa
     for key in STEP_KEYS:
         assert [r[key] for r in got] == pytest.approx([r[key] for r in want], abs=1e-4), key
     _assert_same(_dump(resumed, "selector_dump", 0)["states"], _dump(runs["fsdp2"], "selector_dump", 0)["states"])
+
+
+def test_a_kill_9_mid_shard_write_leaves_a_resumable_checkpoint_and_a_broken_one_is_named(tmp_path):
+    """kill -9 of both ranks while rank 0 writes its shard of last.ckpt at step 2: last.ckpt is still step 1's,
+    whole; a folder with a cut-short shard fails on resume with one last line naming it and the last complete
+    checkpoint; resuming from last.ckpt finishes the run."""
+    kill = ["--trainer.callbacks+=tests.helpers.KillMidShardWrite", "--trainer.callbacks.step=2"]
+    first = _run(tmp_path / "first", *kill, expect=-signal.SIGKILL)
+    (ckpt,) = glob.glob(str(first / "run" / "**" / "last.ckpt"), recursive=True)
+    folder = Path(ckpt).parent
+    assert torch.load(Path(ckpt) / "meta.pt", weights_only=True)["global_step"] == 1
+    assert [p.name for p in folder.iterdir() if ".staging-" in p.name], "the kill came before the save wrote anything"
+
+    broken = folder / "broken.ckpt"
+    shutil.copytree(ckpt, broken)
+    shard = sorted(broken.glob("*.distcp"))[0]
+    with open(shard, "r+b") as f:
+        f.truncate(shard.stat().st_size // 6)
+    failed = _run(tmp_path / "broken", f"--ckpt_path={broken}", expect=1)
+    last = (failed / "stderr.txt").read_text().strip().splitlines()[-1]
+    assert str(broken) in last and "cut short" in last and "the last complete checkpoint is" in last, last
+    shutil.rmtree(broken)
+
+    resumed = _run(tmp_path / "resumed", f"--ckpt_path={ckpt}")
+    assert len(_steps(resumed)) == 2  # steps 2 and 3
+    assert not [p.name for p in folder.iterdir() if ".staging-" in p.name], "the killed save's staging folder was left"
