@@ -9,20 +9,26 @@ Pre-rollout selection of B prompts from the step's candidate pool (``data.pool_m
   ratio* (share of its groups with reward variance over the last ``window`` steps; 0.5
   before it has any groups), each portfolio at least ⌈floor·B⌉; slots a portfolio
   cannot fill (too few candidates) go to the other.
-* **Exploit** slots take the candidates with the largest last-group reward variance.
+* **Exploit** slots take the candidates with the largest last-group reward variance
+  (``exploit_rank``: "variance"; "p_hat": own posterior mean nearest 0.5; "random": a seeded draw).
 * **Explore** slots take the candidates with the largest p̂(1 − p̂), p̂ nearest 0.5:
 
-      q  = Σ_j w_j s_j / Σ_j w_j        w_j = max(cos(x, x_j), 0) over the k nearest
-                                        neighbours j that have history; s_j their last
-                                        group's success rate
+      q  = Σ_j w_j s_j / Σ_j w_j        w_j = max(cos(x, x_j), 0) over neighbours j with
+                                        history; s_j their last group's success rate
       p̂ = (α + κ q) / (α + β + κ)       α, β the prompt's own Beta posterior (prior 1, 1);
                                         κ = ``neighbour_strength`` if Σ w_j > 0, else 0
 
   i.e. the neighbour estimate enters the prompt's posterior as κ pseudo-rollouts; a
-  prompt's own rollouts outweigh it as they accumulate.
+  prompt's own rollouts outweigh it as they accumulate. Which neighbours (``neighbours``):
+  "nearest" (default) takes the k nearest prompts and skips those without history;
+  "nearest_with_history" takes the k nearest among the prompts that have history (the two
+  readings of the paper; they differ while few prompts have history).
 * **Embeddings** (``callbacks/embedding.py``): the policy's last-layer hidden state at the
   final prompt token, for candidates never embedded or embedded ≥ R steps ago, in batched
-  no-grad forwards; or the offline MiniLM (``encoder: minilm``, embedded once).
+  no-grad forwards; or the offline MiniLM (``encoder: minilm``, embedded once). ``refresh``:
+  "candidates" (default) re-embeds only the step's stale candidates, so other prompts' older
+  vectors still serve as neighbours; "all" also re-embeds every indexed prompt every R steps
+  (prompts from ``trainer.datamodule``); costs in docs/leeps.md.
 * **Index** (``callbacks/prompt_index.py``): FAISS ``IndexFlatIP`` over L2-normalised
   vectors (exact cosine), ``index: ivf`` or ``hnsw`` (approximate) for large pools,
   ``search_backend: torch`` to search exactly by a torch matmul; updated incrementally.
@@ -58,7 +64,7 @@ import numpy as np
 import torch
 
 from lit_rlvr.advantages import zero_variance_groups
-from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, warn_if_pool_is_batch_sized
+from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, seeded_generator, warn_if_pool_is_batch_sized
 from lit_rlvr.callbacks.embedding import PromptEncoder, build_encoder
 from lit_rlvr.callbacks.prompt_index import PromptIndex, import_faiss
 from lit_rlvr.callbacks.state import PromptTable, table_state
@@ -70,6 +76,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["LEEPS", "blend_prediction", "neighbour_mean", "split_slots"]
 
 EXPLOIT, EXPLORE = 0, 1
+NEIGHBOURS = ("nearest", "nearest_with_history")
+REFRESH = ("candidates", "all")
+EXPLOIT_RANK = ("variance", "p_hat", "random")
 
 
 # --------------------------------------------------------------------------- pure pieces
@@ -143,6 +152,10 @@ class LEEPS(PromptSelector):
         ivf_train_at: prompts embedded before the IVF is trained (4096; exact search before).
         search_backend: "faiss" (default) or "torch": who runs exact flat searches (both exact).
         neighbour_cache: reuse a prompt's neighbour ids until it is re-embedded or R steps old (False).
+        neighbours: "nearest" (k nearest, those without history skipped) or "nearest_with_history".
+        refresh: "candidates" (stale candidates re-embedded) or "all" (every indexed prompt every R steps).
+        exploit_rank: "variance" (largest last-group variance), "p_hat" (own posterior mean nearest
+            0.5) or "random" (a draw seeded by (seed, step)).
         reembed_on_mismatch: on resume with embeddings of another dimension (another model or
             encoder), drop them and re-embed instead of failing.
     """
@@ -171,6 +184,9 @@ class LEEPS(PromptSelector):
         search_backend: str = "faiss",
         neighbour_cache: bool = False,
         reembed_on_mismatch: bool = False,
+        neighbours: str = "nearest",
+        refresh: str = "candidates",
+        exploit_rank: str = "variance",
     ) -> None:
         super().__init__()
         checks = [
@@ -187,6 +203,12 @@ class LEEPS(PromptSelector):
              f"LEEPS.search_backend must be 'faiss', or 'torch' with index: flat or ivf; got {search_backend!r} with index: {index}"),
             (ivf_nlist >= 0 and ivf_nprobe >= 1 and ivf_train_at >= 1,
              f"LEEPS.ivf_nlist must be >= 0, ivf_nprobe and ivf_train_at >= 1; got {ivf_nlist!r}, {ivf_nprobe!r}, {ivf_train_at!r}"),
+            (neighbours in NEIGHBOURS, f"LEEPS.neighbours must be one of {NEIGHBOURS}, got {neighbours!r}"),
+            (refresh in REFRESH, f"LEEPS.refresh must be one of {REFRESH}, got {refresh!r}"),
+            (exploit_rank in EXPLOIT_RANK, f"LEEPS.exploit_rank must be one of {EXPLOIT_RANK}, got {exploit_rank!r}"),
+            (not (neighbour_cache and neighbours == "nearest_with_history"),
+             "LEEPS.neighbour_cache reuses neighbour lists for up to R steps while the prompts with history change "
+             "every step: use it with neighbours: nearest, or set neighbour_cache: false"),
         ]
         for ok, message in checks:
             if not ok:
@@ -203,6 +225,9 @@ class LEEPS(PromptSelector):
         self.search_backend = search_backend
         self.neighbour_cache = bool(neighbour_cache)
         self.reembed_on_mismatch = bool(reembed_on_mismatch)
+        self.neighbours, self.refresh, self.exploit_rank = neighbours, refresh, exploit_rank
+        self.full_refresh_step = 0
+        """Step of the last full re-embedding (``refresh: all``)."""
         self.encoder: Optional[PromptEncoder] = None
         """Built at setup; tests may set their own (anything with ``refreshes``, ``dim``, ``encode``)."""
         self.index: Optional[PromptIndex] = None
@@ -270,6 +295,7 @@ class LEEPS(PromptSelector):
             "window_nontrivial": torch.from_numpy(self.window_nontrivial.copy()),
             "window_groups": torch.from_numpy(self.window_groups.copy()),
             "updates": self.updates,
+            "full_refresh_step": self.full_refresh_step,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -281,6 +307,7 @@ class LEEPS(PromptSelector):
                     raise ValueError(f"LEEPS: the checkpoint's window is {saved.shape[0]} steps but LEEPS.window is {self.window}: resume with window: {saved.shape[0]}")
                 setattr(self, name, saved.copy())
         self.updates = int(state_dict.get("updates", 0))
+        self.full_refresh_step = int(state_dict.get("full_refresh_step", 0))
         self.index, self._pending_index = None, state_dict.get("index")  # loaded at setup (faiss checked there)
 
     def metrics(self) -> dict[str, float]:
@@ -302,6 +329,8 @@ class LEEPS(PromptSelector):
         index = self._ensure_index()
         if self.neighbour_cache and step is not None:
             nbr, cos = index.cached_search(ids, self.k, step, self.refresh_every)  # [Q, k]
+        elif self.neighbours == "nearest_with_history":
+            nbr, cos = index.search(ids, self.k, among=np.flatnonzero(self.table["last_step"] >= 0))
         else:
             nbr, cos = index.search(ids, self.k)
         has_nbr = nbr >= 0
@@ -337,7 +366,7 @@ class LEEPS(PromptSelector):
         index.upsert(need, vectors, step)
         return int(need.size)
 
-    def select(self, pool: PromptPool, step: int) -> None:
+    def select(self, pool: PromptPool, step: int, seed: int = 0) -> None:
         """Narrow ``pool.keep`` to B eligible candidates: exploit by last variance, explore by p̂(1 − p̂).
 
         Every eligible candidate must be embedded (``embed``) before.
@@ -353,7 +382,7 @@ class LEEPS(PromptSelector):
         searched = self.index.searched - searched
         ratios = self.nontrivial_ratios()
         n_exploit, n_explore = split_slots(pool.batch_size, ratios, (len(ex_idx), len(xp_idx)), self.floor)
-        ex_pick = ex_idx[np.argsort(-self.table.get("last_var", ids[ex_idx]), kind="stable")[:n_exploit]]
+        ex_pick = ex_idx[self._exploit_order(ids[ex_idx], step, seed)[:n_exploit]]
         p_hat = est["p_hat"]
         xp_order = np.argsort(-(p_hat * (1.0 - p_hat)), kind="stable")[:n_explore]
         xp_pick = xp_idx[xp_order]
@@ -376,6 +405,7 @@ class LEEPS(PromptSelector):
                 "exploit_nontrivial": ratios[EXPLOIT],
                 "explore_nontrivial": ratios[EXPLORE],
                 "neighbour_hit_rate": float(est["neighbours_seen"].sum() / slots) if slots else float("nan"),
+                "explore_no_estimate": float(np.isnan(est["q"]).mean()) if len(xp_idx) else float("nan"),
                 "p_hat_selected_mean": float(p_hat[xp_order].mean()) if len(xp_order) else float("nan"),
                 "index_size": float(len(self.index)),
                 "query_s": query_s,
@@ -389,9 +419,36 @@ class LEEPS(PromptSelector):
             return
         step = int(pl_module.steps_done)
         t0 = time.perf_counter()
+        refreshed = self.refresh_all(trainer, pl_module, step)
         embedded = self.embed(trainer, pl_module, batch, np.asarray(batch.eligible(), dtype=np.int64), step)
-        self._metrics = {"embed_s": time.perf_counter() - t0, "embedded": float(embedded)}
-        self.select(batch, step)
+        self._metrics = {"embed_s": time.perf_counter() - t0, "embedded": float(embedded + refreshed), "refreshed_all": float(refreshed)}
+        self.select(batch, step, int(getattr(pl_module, "seed", 0)))
+
+    def _exploit_order(self, ids: np.ndarray, step: int, seed: int) -> np.ndarray:
+        """Order of exploit candidates ``ids`` [X] by ``exploit_rank`` (ties keep pool order)."""
+        if self.exploit_rank == "random":
+            return torch.randperm(len(ids), generator=seeded_generator(seed, step, -1, "leeps|exploit")).numpy()
+        if self.exploit_rank == "p_hat":
+            p = self.table.get("alpha", ids) / (self.table.get("alpha", ids) + self.table.get("beta", ids))
+            return np.argsort(-(p * (1.0 - p)), kind="stable")
+        return np.argsort(-self.table.get("last_var", ids), kind="stable")
+
+    def refresh_all(self, trainer: Optional[pl.Trainer], pl_module: "GRPOModule", step: int) -> int:
+        """``refresh: all``: every R steps re-embed every indexed prompt (messages from
+        ``trainer.datamodule``: ``train_records[id]`` through ``messages_for``); returns how many."""
+        index = self._ensure_index()
+        if self.refresh != "all" or not self.encoder.refreshes or len(index) == 0 or step - self.full_refresh_step < self.refresh_every:
+            return 0
+        ids, dm = np.sort(index.row_ids[index.row_ids >= 0]), getattr(trainer, "datamodule", None)
+        if not hasattr(dm, "messages_for"):
+            raise ValueError("LEEPS.refresh: all re-embeds prompts by id from trainer.datamodule (a PromptDataModule); "
+                             "this run has none: use refresh: candidates")
+        vectors = self.encoder.encode(pl_module, [dm.messages_for(dm.train_records[i].question) for i in ids.tolist()])  # [N, D]
+        if trainer is not None and trainer.world_size > 1:
+            vectors = trainer.strategy.broadcast(vectors, src=0)
+        index.upsert(ids, vectors, step)
+        self.full_refresh_step = step
+        return int(ids.size)
 
     # ------------------------------------------------------------------ observe
 

@@ -166,8 +166,10 @@ class PromptIndex:
             raise KeyError("PromptIndex.vectors: some prompt ids are not embedded")
         return self._index.reconstruct_batch(rows) if len(rows) else np.zeros((0, self.dim or 0), np.float32)
 
-    def search(self, ids: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k nearest other prompts of each embedded prompt id in ``ids``.
+    def search(self, ids: Any, k: int, among: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+        """The k nearest other prompts of each embedded prompt id in ``ids`` (only prompt ids in
+        ``among``, when given: an exact search over their rows for a flat index or an untrained IVF,
+        a FAISS ID filter for HNSW and a trained IVF).
 
         Returns (neighbour ids [Q, k] int64, −1 where fewer than k exist; cosine [Q, k]
         float64, recomputed exactly from the vectors, 0 where no neighbour).
@@ -178,7 +180,10 @@ class PromptIndex:
             return out_ids, np.zeros((len(ids), k))
         query = self.vectors(ids)  # [Q, D]
         self.searched += len(ids)
-        rows = self._nearest_rows(query, k + 1)  # [Q, k+1]; self is among them
+        if among is None:
+            rows = self._nearest_rows(query, k + 1)  # [Q, k+1]; self is among them
+        else:
+            rows = self._nearest_rows_among(query, k + 1, np.asarray(among, dtype=np.int64))
         nbr = np.where(rows >= 0, self.row_ids[np.maximum(rows, 0)], -1)  # [Q, k+1] prompt ids
         nbr[nbr == ids[:, None]] = -1  # not its own neighbour
         # Keep the first k valid neighbours of each row, in FAISS's order.
@@ -241,9 +246,32 @@ class PromptIndex:
         del keepalive
         return rows
 
-    def _torch_nearest_rows(self, query: np.ndarray, kk: int, block: int = 65536) -> np.ndarray:
-        """Exact top-kk by blocked matmul over the flat index's storage (a flat index has no stale rows)."""
-        base = torch.from_numpy(self._flat_rows())  # [R, D], shares FAISS's memory
+    def _nearest_rows_among(self, query: np.ndarray, kk: int, among: np.ndarray) -> np.ndarray:
+        """[Q, kk] rows of the largest inner products among the rows of prompt ids ``among`` (−1 pads)."""
+        rows = self.table.get("row", among[(among >= 0) & (among < len(self.table))])
+        rows = np.unique(rows[rows >= 0])
+        rows = rows[self.row_ids[rows] >= 0]  # [H] live rows allowed
+        if len(rows) == 0:
+            return np.full((len(query), kk), -1, dtype=np.int64)
+        if self.kind == "flat" or self._ivf is None:  # exact: a matmul over the allowed rows only
+            local = self._torch_nearest_rows(query, kk, base=self._index.reconstruct_batch(rows))
+            return np.where(local >= 0, rows[np.maximum(local, 0)], -1)
+        allowed = np.zeros(len(self.row_ids), dtype=bool)
+        allowed[rows] = True
+        params, keepalive = self._search_params(allowed, force=True)
+        if self._ivf is not None:
+            params = self.faiss.SearchParametersIVF(nprobe=min(self.ivf_nprobe, self._ivf.nlist), sel=params.sel)
+            with _blas_flat_search(self.faiss):
+                found = self._ivf.search(query, kk, params=params)[1]
+        else:
+            found = self._index.search(query, kk, params=params)[1]
+        del keepalive
+        return found
+
+    def _torch_nearest_rows(self, query: np.ndarray, kk: int, block: int = 65536, base: Optional[np.ndarray] = None) -> np.ndarray:
+        """Exact top-kk by blocked matmul over the flat index's storage (a flat index has no stale rows),
+        or over ``base`` [H, D] (rows then index ``base``)."""
+        base = torch.from_numpy(self._flat_rows() if base is None else np.ascontiguousarray(base, dtype=np.float32))  # [R, D]
         q = torch.from_numpy(np.ascontiguousarray(query, dtype=np.float32))  # [Q, D]
         best_s = torch.empty((len(q), 0))
         best_i = torch.empty((len(q), 0), dtype=torch.long)
@@ -338,10 +366,11 @@ class PromptIndex:
         ivf.add_with_ids(self._flat_rows(), np.arange(len(self.row_ids), dtype=np.int64))
         self._ivf, self._ivf_quantizer, self._ivf_trained_at = ivf, quantizer, n
 
-    def _search_params(self, live: np.ndarray) -> tuple[Any, Any]:
-        """FAISS search parameters excluding stale rows (None when there are none), and what must stay alive."""
+    def _search_params(self, live: np.ndarray, force: bool = False) -> tuple[Any, Any]:
+        """FAISS search parameters excluding rows not ``live`` (None when there are none, unless
+        ``force``), and what must stay alive."""
         f = self.faiss
-        if live.all():
+        if live.all() and not force:
             if self.kind == "hnsw":
                 return f.SearchParametersHNSW(efSearch=self.hnsw_ef_search), None
             return None, None

@@ -78,7 +78,7 @@ def test_select_splits_by_window_ratios():
     # prompts 0..19 had variance last time (exploit), 20..39 none (explore)
     sel.observe(rows({i: [1.0, 0.0] for i in range(20)}), step=0)
     # window: exploit 3/4 non-trivial, explore 1/4 -> B = 8 splits 6 : 2
-    sel.window_groups[:] = 0
+    sel.window_groups[:], sel.window_nontrivial[:] = 0, 0
     sel.window_nontrivial[:] = 0
     sel.window_groups[0] = [4, 4]
     sel.window_nontrivial[0] = [3, 1]
@@ -200,6 +200,124 @@ def test_exploit_takes_largest_last_variance():
     assert sorted(pool.ids[pool.keep].tolist()) == [0, 2]
 
 
+def brute_force_with_history(vectors, ids, seen_rate, k):
+    """q over the k nearest prompts *that have history* (numpy, float64 cosine)."""
+    v = normalise(vectors).astype(np.float64)
+    out = []
+    for i in ids:
+        cos = v @ v[i]
+        cos[i] = -np.inf
+        cos[~np.isfinite(seen_rate)] = -np.inf
+        nbr = [j for j in np.argsort(-cos, kind="stable")[:k] if np.isfinite(cos[j])]
+        w = np.array([max(float(v[i] @ v[j]), 0.0) for j in nbr])
+        out.append(float((w * seen_rate[nbr]).sum() / w.sum()) if w.sum() > 0 else np.nan)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("index, backend", [("flat", "faiss"), ("flat", "torch"), ("ivf", "faiss")])
+def test_nearest_with_history_equals_brute_force_and_leaves_fewer_without_estimate(index, backend):
+    rng = np.random.default_rng(5)
+    n, d, k = 200, 8, 8
+    vectors = rng.normal(size=(n, d)).astype(np.float32)
+    extra = {"ivf_train_at": 50, "ivf_nlist": 4, "ivf_nprobe": 4} if index == "ivf" else {}  # every list probed: exact
+    sel = leeps_with(vectors, k=k, index=index, search_backend=backend, neighbours="nearest_with_history", **extra)
+    sel.index.upsert(np.arange(n), vectors, step=0)
+    history = {i: [1.0] * (i % 5) + [0.0] * (4 - i % 5) for i in range(0, n, 10)}  # 20 of 200 have history
+    sel.observe(rows(history), step=0)
+    seen_rate = np.full(n, np.nan)
+    for i, rs in history.items():
+        seen_rate[i] = np.mean(rs)
+    est = sel.predict(np.arange(n))
+    np.testing.assert_allclose(est["q"], brute_force_with_history(vectors, np.arange(n), seen_rate, k), rtol=1e-9, atol=1e-12)
+    assert (est["neighbours_seen"] == k).all()
+    nearest = LEEPS(k=k, neighbours="nearest")
+    nearest.encoder, nearest.index, nearest.table = sel.encoder, sel.index, sel.table
+    plain = nearest.predict(np.arange(n))
+    np.testing.assert_allclose(plain["q"], brute_force_q(vectors, np.arange(n), seen_rate, k), rtol=1e-9, atol=1e-12)
+    assert np.isnan(plain["q"]).mean() > 0.3 > np.isnan(est["q"]).mean()
+    # the metric: share of explore candidates with no neighbour estimate
+    sel.select(make_pool(list(range(0, n, 3)), 4), 1)
+    assert sel.metrics()["explore_no_estimate"] == pytest.approx(float(np.isnan(est["q"][::3][[i % 10 != 0 for i in range(0, n, 3)]]).mean()))
+
+
+def test_nearest_with_history_on_hnsw_finds_only_prompts_with_history():
+    vectors = np.random.default_rng(6).normal(size=(120, 8)).astype(np.float32)
+    sel = leeps_with(vectors, k=4, index="hnsw", hnsw_ef_search=200, neighbours="nearest_with_history")
+    sel.index.upsert(np.arange(120), vectors, step=0)
+    sel.observe(rows({i: [1.0, 0.0] for i in range(0, 120, 6)}), step=0)
+    nbr, _ = sel.index.search(np.arange(120), 4, among=np.arange(0, 120, 6))
+    assert (nbr >= 0).all() and (nbr % 6 == 0).all() and (nbr != np.arange(120)[:, None]).all()
+
+
+class PromptsById:
+    """A stand-in for PromptDataModule: ``train_records[i]`` is prompt i, rendered as "q<i>"."""
+
+    def __init__(self, n):
+        self.train_records = [SimpleNamespace(id=i, question=f"q{i}") for i in range(n)]
+
+    def messages_for(self, question):
+        return [{"role": "user", "content": question}]
+
+
+@pytest.mark.parametrize("refresh", ["candidates", "all"])
+def test_refresh_all_re_embeds_every_indexed_prompt_every_r_steps(refresh):
+    rng = np.random.default_rng(3)
+    sel = leeps_with(rng.normal(size=(10, 4)), refresh_every=3, refresh=refresh)
+    trainer = SimpleNamespace(datamodule=PromptsById(10), world_size=1)
+    sel.on_train_batch_start(trainer, module(0), make_pool([0, 1, 2, 3], 2), 0)
+    sel.on_train_batch_start(trainer, module(1), make_pool([4, 5], 2), 0)
+    sel.encoder.vectors = rng.normal(size=(10, 4)).astype(np.float32)  # the policy moved
+    sel.on_train_batch_start(trainer, module(3), make_pool([0, 6], 2), 0)
+    fresh = sel.index.embedded_step(np.arange(7)) == 3
+    current = np.isclose(sel.index.vectors(np.arange(7)), normalise(sel.encoder.vectors[:7]), atol=1e-6).all(axis=1)
+    if refresh == "all":  # 0..5 refreshed at step 3 (6 is new): every vector is the current policy's
+        assert fresh.all() and current.all() and sel.metrics()["refreshed_all"] == 6 and sel.full_refresh_step == 3
+        sel.on_train_batch_start(trainer, module(5), make_pool([7], 2), 0)
+        assert sel.metrics()["refreshed_all"] == 0  # next full refresh at step 6
+        again = leeps_with(sel.encoder.vectors, refresh_every=3, refresh="all")
+        again.load_state_dict(torch.load(_save(sel.state_dict()), weights_only=False))
+        assert again.full_refresh_step == 3
+    else:  # only the stale candidate 0 (and new 6): 1..5 keep their step-0/1 vectors as neighbours
+        assert fresh.tolist() == [True, False, False, False, False, False, True]
+        assert current.tolist() == fresh.tolist()
+    with pytest.raises(ValueError, match="refresh: all re-embeds prompts by id from trainer.datamodule"):
+        no_dm = leeps_with(rng.normal(size=(10, 4)), refresh_every=1, refresh="all")
+        no_dm.on_train_batch_start(None, module(0), make_pool([0, 1], 2), 0)
+        no_dm.on_train_batch_start(None, module(1), make_pool([0, 1], 2), 0)
+
+
+def _exploit_only(**kwargs):
+    sel = leeps_with(np.eye(6, dtype=np.float32), floor=0.0, **kwargs)
+    # prompt 0: 4/4 then 2/4 -> last variance 0.25, posterior Beta(7, 3): p = 0.7, p(1 - p) = 0.21
+    # prompt 1: 1/4 -> last variance 0.1875, Beta(2, 4): p = 1/3, p(1 - p) = 0.222
+    sel.observe(rows({0: [1, 1, 1, 1]}), step=0)
+    sel.observe(rows({0: [1, 1, 0, 0], 1: [1, 0, 0, 0], 2: [1, 1, 1, 0]}), step=1)
+    sel.window_groups[:], sel.window_nontrivial[:] = 0, 0
+    sel.window_groups[0], sel.window_nontrivial[0] = [3, 1], [3, 0]  # exploit ratio 1, explore 0
+    return sel
+
+
+@pytest.mark.parametrize("rank, want", [("variance", [0]), ("p_hat", [1])])
+def test_exploit_rank_by_variance_or_own_posterior(rank, want):
+    sel = _exploit_only(exploit_rank=rank)
+    pool = make_pool([0, 1, 3], 1)
+    sel.select(pool, 2)
+    assert pool.ids[pool.keep].tolist() == want
+
+
+def test_exploit_rank_random_is_a_seeded_draw():
+    sel = _exploit_only(exploit_rank="random")
+    picks = []
+    for seed in range(12):
+        pool = make_pool([0, 1, 2, 3], 1)
+        sel.select(pool, 2, seed)
+        picks.append(pool.ids[pool.keep].tolist()[0])
+    assert set(picks) == {0, 1, 2}  # every exploit candidate, never 3 (explore)
+    again = make_pool([0, 1, 2, 3], 1)
+    sel.select(again, 2, 5)
+    assert again.ids[again.keep].tolist() == [picks[5]]
+
+
 # --------------------------------------------------------------------------- observe
 
 
@@ -316,6 +434,11 @@ def test_bad_settings_name_the_flag():
         LEEPS(encoder="bert")
     with pytest.raises(ValueError, match="LEEPS.search_backend"):
         LEEPS(index="hnsw", search_backend="torch")
+    for name in ("neighbours", "refresh", "exploit_rank"):
+        with pytest.raises(ValueError, match=f"LEEPS.{name} must be one of"):
+            LEEPS(**{name: "other"})
+    with pytest.raises(ValueError, match="LEEPS.neighbour_cache reuses neighbour lists"):
+        LEEPS(neighbour_cache=True, neighbours="nearest_with_history")
 
 
 def test_hnsw_matches_flat_on_a_small_index():
