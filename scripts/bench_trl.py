@@ -30,7 +30,16 @@ Run it with the TRL environment's Python (``bash scripts/setup_trl_env.sh`` buil
     OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --rounds 1 --steps 5 --json-out out.json
     OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --model smollm2-lora --rounds 2 --steps 5
 
-``--model smollm2-lora`` (issue 18 b) runs both sides on the quick-start's SmolLM2-135M-Instruct (the
+Equal work against defaults: lit-rlvr skips zero-advantage rows, computes each group's prompt once
+(when configured) and its HF engine drops finished rows; TRL does none of these. ``--equal-work``
+turns them off on the lit-rlvr side (``--lit-loss skip_zero_advantage=false share_prompt_prefix=false``,
+``--lit-engine decoder=generate merge_lora=false generation_dtype=float32``); ``--lit-loss KEY=VALUE``
+and ``--lit-engine KEY=VALUE`` set any single option (JSON values), and both are recorded in the JSON::
+
+    OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --model smollm2-lora --equal-work
+    OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --model smollm2-lora --lit-loss share_prompt_prefix=true
+
+``--model smollm2-lora`` runs both sides on the quick-start's SmolLM2-135M-Instruct (the
 cached safetensors folder, loaded by path on both sides) with the same LoRA on both: r 16, alpha 32,
 dropout 0, all linear layers (lit-rlvr's ``LoraSettings``; TRL's ``peft_config=LoraConfig(...)``, the
 same arguments lit-rlvr passes to peft). The initial-weights check then covers the frozen base weights
@@ -109,6 +118,27 @@ def build_inputs(workdir: Path, total_steps: int, model_name: str = "tiny") -> d
     }
 
 
+EQUAL_WORK_LOSS = ["skip_zero_advantage=false", "share_prompt_prefix=false"]
+"""--equal-work: lit-rlvr computes every row and every row's prompt in the update, as TRL does."""
+EQUAL_WORK_ENGINE = ["decoder=generate", "merge_lora=false", "generation_dtype=float32"]
+"""--equal-work: lit-rlvr's HF engine decodes every row until the longest ends, through the
+unmerged LoRA layers in float32, as TRL's ``generate`` does."""
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """["key=value", ...] -> {key: value}, values read as JSON (true, 3, 0.5, "x") or else kept as strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 def make_datamodule():
     from lit_rlvr.data import PromptDataModule, ReasoningGymSource
 
@@ -146,8 +176,12 @@ def run_lit(args: argparse.Namespace) -> dict[str, Any]:
     total = args.warmup + args.steps
     module = GRPOModule(
         policy=PolicyConfig(name_or_path=args.model_dir, lora=LoraSettings(**LORA) if args.model == "smollm2-lora" else None),
-        rollout=RolloutSettings(num_generations=G, temperature=1.0, top_p=1.0, max_new_tokens=MAX_NEW),
+        rollout=RolloutSettings(
+            num_generations=G, temperature=1.0, top_p=1.0, max_new_tokens=MAX_NEW,
+            engine_options=parse_options(args.lit_engine),
+        ),
         loss=LossSettings(
+            **parse_options(args.lit_loss),  # e.g. skip_zero_advantage=false (--equal-work)
             epsilon_low=EPS_LOW,
             epsilon_high=EPS_HIGH,
             dual_clip=None,  # TRL has no dual clip
@@ -442,11 +476,20 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="A/B pairs (each a lit-rlvr run then a TRL run)")
     p.add_argument("--json-out", type=str, default=None, help="write every per-step record and the summary here")
     p.add_argument("--model", choices=["tiny", "smollm2-lora"], default="tiny", help="tiny random Llama, or SmolLM2-135M-Instruct + LoRA r16 on both sides")
+    p.add_argument("--lit-loss", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="lit-rlvr LossSettings fields for the lit-rlvr side, e.g. skip_zero_advantage=false")
+    p.add_argument("--lit-engine", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="lit-rlvr HF engine options, e.g. generation_dtype=auto or decoder=generate")
+    p.add_argument("--equal-work", action="store_true",
+                   help=f"lit-rlvr does TRL's work: --lit-loss {' '.join(EQUAL_WORK_LOSS)} and --lit-engine {' '.join(EQUAL_WORK_ENGINE)}")
     p.add_argument("--worker", choices=["lit", "trl"], help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--prompts-file", help=argparse.SUPPRESS)
     p.add_argument("--result-file", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.equal_work:  # explicit --lit-loss / --lit-engine values given after these win
+        args.lit_loss = EQUAL_WORK_LOSS + args.lit_loss
+        args.lit_engine = EQUAL_WORK_ENGINE + args.lit_engine
     for k, v in (("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
         os.environ.setdefault(k, v)
     if args.worker:
@@ -469,6 +512,8 @@ def main() -> None:
         "python": sys.version.split()[0],
     }
     print(f"versions: {versions}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}", flush=True)
+    print(f"lit-rlvr loss options {parse_options(args.lit_loss) or 'default'}, "
+          f"engine options {parse_options(args.lit_engine) or 'default'}", flush=True)
     total = args.warmup + args.steps
     workdir = Path(tempfile.mkdtemp(prefix="bench-trl-"))
     shared = build_inputs(workdir, total, args.model)
@@ -485,6 +530,7 @@ def main() -> None:
             "--steps", str(args.steps), "--warmup", str(args.warmup),
             "--model-dir", shared["model_dir"], "--prompts-file", shared["prompts_file"],
             "--result-file", str(result_file), "--model", args.model,
+            *[f"--lit-loss={o}" for o in args.lit_loss], *[f"--lit-engine={o}" for o in args.lit_engine],
         ]  # fmt: skip
         t0 = time.perf_counter()
         with open(log_file, "w") as log:
