@@ -13,9 +13,12 @@ Configs are parsed in omegaconf+ mode: interpolations (``${model.rollout.num_gen
 absolute from the top of the config) are resolved once every config file and flag is
 read, so ``--trainer.default_root_dir X`` moves the loggers' ``save_dir``, the checkpoints
 under it and ``export_dir``, which the configs derive from ``${trainer.default_root_dir}``. Selection methods are listed under
-``trainer.callbacks`` by class path, in the order they run. Unknown keys fail
-at start-up, naming the key; so do values a class rejects, an unbounded fit and
-two method configs that both bring a rollout allocator (``lit_rlvr.config_checks``).
+``trainer.callbacks`` by class path, in the order they run. Unknown keys and class
+paths fail at start-up on a last line naming the key, the nearest option and the fix; so
+do values a class rejects, an unbounded fit and two method configs that both bring a
+rollout allocator (``lit_rlvr.config_checks``). Each fit gets its own ``version_N`` for
+every logger, its checkpoints and ``{run}`` in ``model.export_dir``; a resume writes on into
+its run and must keep the run's method config and group size (``lit_rlvr.runs``).
 """
 
 from __future__ import annotations

@@ -134,7 +134,8 @@ class RunSummary(pl.Callback):
         saved = [getattr(cb, "last_model_path", "") or getattr(cb, "best_model_path", "") for cb in trainer.checkpoint_callbacks]
         saved = [p for p in saved if p]
         out.append(
-            f"  checkpoint            {_show(saved[-1])} (resume: --ckpt_path {_show(saved[-1])})"
+            f"  checkpoint            {_show(saved[-1])} (resume: --ckpt_path {_show(saved[-1])} "
+            f"--trainer.max_steps={steps + max(steps, 10)})"
             if saved
             else "  checkpoint            none (set model.checkpoint_every_n_steps)"
         )
