@@ -253,6 +253,8 @@ class PromptIndex:
         rows = rows[self.row_ids[rows] >= 0]  # [H] live rows allowed
         if len(rows) == 0:
             return np.full((len(query), kk), -1, dtype=np.int64)
+        if len(rows) == len(self):  # every live row allowed: the plain search
+            return self._nearest_rows(query, kk)
         if self.kind == "flat" or self._ivf is None:  # exact: a matmul over the allowed rows only
             local = self._torch_nearest_rows(query, kk, base=self._index.reconstruct_batch(rows))
             return np.where(local >= 0, rows[np.maximum(local, 0)], -1)
