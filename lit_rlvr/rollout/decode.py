@@ -7,6 +7,7 @@ ends, and grows its KV cache by ``torch.cat`` (the whole cache copied every step
 
 - ``SlotCache``: keys/values pre-allocated once per batch, ``[rows, kv_heads, capacity, head_dim]``
   per layer; a step writes one column and attention reads the ``[:n, :, :length]`` view;
+- a shared prefill: each distinct prompt runs once, and the rows sampling it copy its keys/values;
 - compaction: when rows finish, live rows from the end of the batch are moved into the
   finished rows' slots (only those rows' cache is copied), and the forward runs on the
   first ``n`` slots only.
@@ -70,6 +71,12 @@ class SlotLayer:
             self.v_buf[dst, :, : self.length] = self.v_buf[src, :, : self.length]
         self.n = n
 
+    def expand_rows(self, inverse: torch.Tensor) -> None:
+        """After a prefill of the distinct prompts (slots ``:n``): slot r takes prompt ``inverse[r]``'s keys/values."""
+        for buf in (self.k_buf, self.v_buf):
+            buf[:, :, : self.length] = buf[: self.n, :, : self.length][inverse]
+        self.n = self.rows
+
     def get_seq_length(self) -> int:
         return self.length
 
@@ -92,6 +99,14 @@ def _cache_class() -> type:
         def move_rows(self, src: torch.Tensor, dst: torch.Tensor, n: int) -> None:
             for layer in self.layers:
                 layer.move_rows(src, dst, n)
+
+        def prefill_rows(self, n: int) -> None:
+            for layer in self.layers:
+                layer.n = n
+
+        def expand_rows(self, inverse: torch.Tensor) -> None:
+            for layer in self.layers:
+                layer.expand_rows(inverse)
 
     return SlotCache
 
@@ -127,19 +142,23 @@ def decode(
     if not greedy and top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p))
 
-    input_ids, attention_mask = left_pad([list(p) for p in prompts], pad_token_id)  # [R, P] each
-    rows, width = input_ids.shape
-    valid = attention_mask.to(device=device, dtype=torch.bool)  # [R, P]
+    # the prefill runs each distinct prompt once (a group's samples share it); rows copy its keys/values
+    distinct: dict[tuple[int, ...], int] = {}
+    inverse = torch.tensor([distinct.setdefault(tuple(p), len(distinct)) for p in prompts], device=device)  # [R]
+    input_ids, attention_mask = left_pad([list(p) for p in distinct], pad_token_id)  # [U, P] each
+    rows, width = len(prompts), input_ids.shape[1]
+    valid = attention_mask.to(device=device, dtype=torch.bool)  # [U, P]
     capacity = width + max_new_tokens
     key_ok = torch.zeros(rows, capacity, dtype=torch.bool, device=device)  # [R, C] attendable keys
-    key_ok[:, :width] = valid
-    # prefill mask [R, 1, P, P]: causal over real tokens; a pad query sees itself (finite values, never read)
+    key_ok[:, :width] = valid[inverse]
+    # prefill mask [U, 1, P, P]: causal over real tokens; a pad query sees itself (finite values, never read)
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril_()
     eye = torch.eye(width, dtype=torch.bool, device=device)
-    mask = (causal & valid[:, None, :]) | eye  # [R, P, P]
-    position = (valid.long().cumsum(-1) - 1).clamp_(min=0)  # [R, P]
+    mask = (causal & valid[:, None, :]) | eye  # [U, P, P]
+    position = (valid.long().cumsum(-1) - 1).clamp_(min=0)  # [U, P]
 
     cache = _cache_class()(_num_layers(model), rows, capacity)
+    cache.prefill_rows(len(distinct))
     out = model(
         input_ids=input_ids.to(device), attention_mask=mask[:, None], position_ids=position,
         cache=cache, use_cache=True,
@@ -147,8 +166,9 @@ def decode(
         # F.linear expand the LM-head weight per row (measured: 24 s of copies for 64 rows of SmolLM2)
         logits_to_keep=torch.tensor([width - 1], device=device),
     )
-    logits = out.logits[:, -1].float()  # [R, V]
-    next_pos = valid.sum(-1)  # [R] position of the next token
+    logits = out.logits[:, -1].float()[inverse]  # [R, V]
+    next_pos = valid.sum(-1)[inverse]  # [R] position of the next token
+    cache.expand_rows(inverse)
 
     slot_row = torch.arange(rows, device=device)  # [n] original row of each live slot
     tokens = torch.full((rows, max_new_tokens), -1, dtype=torch.long)  # [R, T]
