@@ -34,6 +34,7 @@ from lit_rlvr.policy import PolicyConfig
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.prefix import shared_prompt_logprobs
 from lit_rlvr.rewards import RewardFunction
+from lit_rlvr.rewards.sandbox_settings import RewardSandbox
 from lit_rlvr.rollout import SamplingConfig
 from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats
 from lit_rlvr.settings import EvalSettings, LossSettings, OptimizerSettings, RolloutSettings
@@ -68,6 +69,8 @@ class GRPOModule(PolicyModule):
         max_nonfinite_steps: stop with an error after this many optimizer steps in a row whose loss or
             gradient was NaN or ±inf (each is skipped and counted in train/nonfinite_steps).
         sharding: FSDP2 options (mixed precision, CPU offload), used under ModelParallelStrategy.
+        reward_sandbox: one memory budget (``memory_mb``), ``workers``, passed environment variables and
+            readable paths for all reward workers of the run (docs/security.md).
     """
 
     def __init__(
@@ -85,10 +88,11 @@ class GRPOModule(PolicyModule):
         checkpoint_every_n_steps: Optional[int] = 50,
         max_nonfinite_steps: int = 3,
         sharding: ShardingSettings = ShardingSettings(),
+        reward_sandbox: RewardSandbox = RewardSandbox(),
     ) -> None:
         super().__init__(
             policy, rollout, optimizer, evaluation, rewards, accuracy_reward, seed,
-            export_dir, export_merged, checkpoint_every_n_steps, sharding,
+            export_dir, export_merged, checkpoint_every_n_steps, sharding, reward_sandbox=reward_sandbox,
         )
         self.automatic_optimization = False
         self.loss_settings = loss

@@ -37,6 +37,7 @@ from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
 from lit_rlvr.preemption import StopOnSignal
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
+from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.loop import flatten, generate_for_eval
 from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, is_sharded, shard_policy, unsharded_for_export
@@ -64,6 +65,8 @@ class PolicyModule(pl.LightningModule):
         checkpoint_every_n_steps: save a resumable checkpoint (and last.ckpt) every N training
             steps (None: only what trainer.callbacks configures).
         sharding: FSDP2 options (mixed precision, CPU offload), used under ModelParallelStrategy.
+        reward_sandbox: one memory budget, the environment and the readable paths of all reward
+            workers of the run (default: half the machine's memory; docs/security.md).
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class PolicyModule(pl.LightningModule):
         export_merged: bool = False,
         checkpoint_every_n_steps: Optional[int] = 50,
         sharding: Optional[ShardingSettings] = None,
+        reward_sandbox: Optional[RewardSandbox] = None,
     ) -> None:
         super().__init__()
         self.sharding = sharding or ShardingSettings()
@@ -91,6 +95,8 @@ class PolicyModule(pl.LightningModule):
         if accuracy_reward is not None and accuracy_reward not in names:
             raise ValueError(f"model.accuracy_reward={accuracy_reward!r} is not a configured reward; choose one of {names}")
         self.accuracy_reward = accuracy_reward or names[0]
+        self.reward_sandbox = reward_sandbox or RewardSandbox()
+        log.info("reward sandbox: %s", apply_reward_sandbox(self.scorer.functions, self.reward_sandbox))
         self.seed = seed
         self.export_dir = export_dir
         self.export_merged = export_merged

@@ -16,10 +16,12 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from lit_rlvr.rewards.worker import error_summary
+from lit_rlvr.rewards.protocol import error_summary
 
 if TYPE_CHECKING:  # imported where used, so worker processes that only score stay light
     import torch
+
+    from lit_rlvr.rewards.timeout import TimeLimitedCaller
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,10 @@ class RewardFunction(abc.ABC):
 
     def close(self) -> None:
         """Release worker processes or other resources (a later call may start them again)."""
+
+    def worker_callers(self) -> list["TimeLimitedCaller"]:
+        """The worker pools this function scores in; the run's ``model.reward_sandbox`` applies to them."""
+        return []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, weight={self.weight})"

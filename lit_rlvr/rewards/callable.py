@@ -5,13 +5,8 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller, resolve_callable
-from lit_rlvr.rewards.worker import module_of
-
-
-def call_reward_fn(path: str, completion: str, answer: str, metadata: dict[str, Any]) -> Any:
-    """Worker-side entry: resolve ``path`` (cached by the import system) and call it by keyword."""
-    return resolve_callable(path)(completion=completion, answer=answer, metadata=metadata)
+from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller
+from lit_rlvr.rewards.worker import check_import_path
 
 
 class CallableReward(RewardFunction):
@@ -19,11 +14,13 @@ class CallableReward(RewardFunction):
 
     The way to plug a custom verifier in from YAML without subclassing: name
     it by import path (a module in the working directory works without
-    ``PYTHONPATH``). The path is resolved when the reward is built, so a typo
-    fails at start-up rather than at the first training step. The function runs
-    in sandboxed worker processes under a hard time limit, a batch spread over
-    them, so it must be importable in a fresh interpreter and its arguments and
-    result picklable. It should return a number; ``bool`` works.
+    ``PYTHONPATH``). The module is imported only inside the sandboxed worker
+    processes, never in the trainer (its top-level code is as untrusted as the
+    function); one worker is started when the reward is built, so a typo or a
+    failing import fails at start-up, with the worker's message, rather than at
+    the first training step. Calls run under a hard time limit, a batch spread
+    over the workers; arguments must be picklable, and the function returns a
+    number (``bool`` works): anything else scores 0 and is counted.
 
     Args:
         fn: import path of the function, ``"package.module:function"`` or
@@ -50,20 +47,21 @@ class CallableReward(RewardFunction):
     ) -> None:
         super().__init__(weight=weight)
         try:
-            self._fn = resolve_callable(fn)
+            self.fn = check_import_path(fn)
         except ValueError as e:
             raise ValueError(f"CallableReward(fn={fn!r}): {e}") from e
-        self.fn = fn
-        self.name = name if name is not None else getattr(self._fn, "__name__", None) or fn
+        self.name = name if name is not None else self.fn.replace(":", ".").rsplit(".", 1)[-1]
         if timeout_s is None or not float(timeout_s) > 0:
             raise ValueError(f"CallableReward: timeout_s must be > 0, got {timeout_s}")
         self.timeout_s = float(timeout_s)
         # The user's module is imported while the worker starts, not in its first call: importing
         # it can take seconds (torch, sympy), and under load that alone would overrun timeout_s on
         # every call of every fresh worker (each timeout kills the worker and the next one repeats it).
-        self._caller = TimeLimitedCaller(
-            call_reward_fn, self.timeout_s, preload=(module_of(fn),), workers=workers, sandbox=sandbox
-        )
+        self._caller = TimeLimitedCaller(self.fn, self.timeout_s, workers=workers, sandbox=sandbox)
+        try:
+            self._caller.check()  # imports the module in a sandboxed worker: a bad path fails here
+        except ValueError as e:
+            raise ValueError(f"CallableReward(fn={fn!r}): {e}".replace("reward worker failed to start: ", "")) from None
 
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
         return first_or_raise(self.score_batch([completion], [answer], [metadata]))
@@ -71,9 +69,12 @@ class CallableReward(RewardFunction):
     def score_batch(
         self, completions: Sequence[str], answers: Sequence[str], metadata: Sequence[dict[str, Any]]
     ) -> list[float | BaseException]:
-        args = [(self.fn, c, a, m) for c, a, m in zip(completions, answers, metadata)]
-        return outcomes_to_scores(self._caller.call_many(args), str(self.fn), self.timeout_s)
+        kwargs = [dict(completion=c, answer=a, metadata=m) for c, a, m in zip(completions, answers, metadata)]
+        return outcomes_to_scores(self._caller.call_many([()] * len(kwargs), kwargs), str(self.fn), self.timeout_s)
 
     def close(self) -> None:
         """Stop the worker processes (they restart on the next call)."""
         self._caller.close()
+
+    def worker_callers(self) -> list[TimeLimitedCaller]:
+        return [self._caller]

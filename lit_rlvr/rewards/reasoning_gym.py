@@ -124,3 +124,6 @@ class ReasoningGymReward(RewardFunction):
     def close(self) -> None:
         """Stop the worker processes (they restart on the next call)."""
         self._caller.close()
+
+    def worker_callers(self) -> list[TimeLimitedCaller]:
+        return [self._caller]

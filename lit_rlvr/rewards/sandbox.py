@@ -12,7 +12,9 @@ confinement. What it enforces, best effort and reported, never assumed:
 * ``no_new_privs`` and, when root, all capabilities dropped (so root cannot
   raise limits, mount, load modules, or bypass file permissions);
 * Linux Landlock (5.13+): no writing, creating, removing or executing files
-  outside the working directory (``/dev/null`` stays writable); with Landlock
+  outside the working directory (``/dev/null`` stays writable), and no reading
+  outside the paths the trainer allows (``sandbox_settings.read_roots``: the
+  Python installation, system libraries, the imported packages); with Landlock
   ABI 4+ no TCP bind/connect, with ABI 6+ no signals to processes outside the
   sandbox and no abstract Unix sockets;
 * a seccomp filter (x86_64, aarch64): no new processes (``fork``, ``clone``
@@ -40,7 +42,7 @@ import struct
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ _CLONE_NEWNET = 0x40000000
 _CLONE_THREAD = 0x00010000
 
 # Landlock filesystem rights (uapi/linux/landlock.h)
-_FS_EXECUTE, _FS_WRITE_FILE, _FS_REMOVE_DIR, _FS_REMOVE_FILE = 1 << 0, 1 << 1, 1 << 4, 1 << 5
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_REMOVE_DIR, _FS_REMOVE_FILE = 1 << 4, 1 << 5
 _FS_MAKE_CHAR, _FS_MAKE_DIR, _FS_MAKE_REG, _FS_MAKE_SOCK = 1 << 6, 1 << 7, 1 << 8, 1 << 9
 _FS_MAKE_FIFO, _FS_MAKE_BLOCK, _FS_MAKE_SYM, _FS_REFER, _FS_TRUNCATE = 1 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 14
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
@@ -147,23 +150,32 @@ def _drop_capabilities(libc: Any) -> None:
     _check(libc.capset(header, data), "capset")
 
 
-def _landlock(libc: Any, workdir: str) -> tuple[str, bool, bool]:
-    """Restrict writes to ``workdir``; returns (description, network denied, signals scoped)."""
+def _landlock(libc: Any, workdir: str, readable: Sequence[str], listable: Sequence[str]) -> tuple[str, bool, bool]:
+    """Writes only in ``workdir``, reads only under ``readable`` (and listing ``listable``).
+
+    Returns (description, network denied, signals scoped).
+    """
     abi = _sys(libc, "syscall", 444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, VERSION)
     if abi < 1:
         raise OSError(ctypes.get_errno(), "Landlock is not available in this kernel")
-    fs = (_FS_EXECUTE | _FS_WRITE_FILE | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_CHAR | _FS_MAKE_DIR
-          | _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK | _FS_MAKE_SYM)
+    fs = (_FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_READ_DIR | _FS_REMOVE_DIR | _FS_REMOVE_FILE
+          | _FS_MAKE_CHAR | _FS_MAKE_DIR | _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK | _FS_MAKE_SYM)
     fs |= (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
     scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0
     attr = struct.pack("QQQ", fs, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
     buf = ctypes.create_string_buffer(attr, len(attr))
     ruleset = _check(_sys(libc, "syscall", 444, buf, len(attr), 0), "landlock_create_ruleset")
+    file_write = _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0)
+    rules = [(workdir, fs & ~(_FS_EXECUTE | _FS_MAKE_CHAR | _FS_MAKE_BLOCK)), ("/dev/null", file_write | _FS_READ_FILE)]
+    rules += [(p, _FS_READ_FILE | (_FS_READ_DIR if os.path.isdir(p) else 0)) for p in readable]
+    rules += [(p, _FS_READ_DIR) for p in listable if os.path.isdir(p)]
     try:
-        file_rights = _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0)
-        for path, rights in ((workdir, fs & ~(_FS_EXECUTE | _FS_MAKE_CHAR | _FS_MAKE_BLOCK)), ("/dev/null", file_rights)):
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        for path, rights in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # gone or unreachable: nothing to allow
             try:
                 rule = ctypes.create_string_buffer(struct.pack("=Qi", rights, fd), 12)
                 _check(_sys(libc, "syscall", 445, ruleset, 1, rule, 0), f"landlock_add_rule({path})")
@@ -172,7 +184,9 @@ def _landlock(libc: Any, workdir: str) -> tuple[str, bool, bool]:
         _check(_sys(libc, "syscall", 446, ruleset, 0), "landlock_restrict_self")
     finally:
         os.close(ruleset)
-    return f"landlock ABI {abi}: no writes or exec outside the working directory", bool(net), bool(scoped)
+    desc = (f"landlock ABI {abi}: no writes or exec outside the working directory, reads only under "
+            f"{len(readable)} allowed paths (the Python installation, system libraries, imported packages)")
+    return desc, bool(net), bool(scoped)
 
 
 def _seccomp(libc: Any) -> str:
@@ -212,13 +226,16 @@ def _seccomp(libc: Any) -> str:
 # --------------------------------------------------------------------------- entry point
 
 
-def apply_sandbox(workdir: str, limits: SandboxLimits) -> dict[str, Any]:
+def apply_sandbox(
+    workdir: str, limits: SandboxLimits, readable: Sequence[str] = (), listable: Sequence[str] = ()
+) -> dict[str, Any]:
     """Confine this (single-threaded) process; returns what is enforced and what is not.
 
-    Keys: ``workdir``, ``limits``, ``filesystem``, ``network``, ``processes``
+    ``readable``: files and directories it may still read; ``listable``: directories it may list.
+    Keys: ``workdir``, ``limits``, ``filesystem``, ``reads``, ``network``, ``processes``
     (each a description, or ``""`` when not enforced) and ``missing`` (why not).
     """
-    report: dict[str, Any] = dict(workdir="", limits="", filesystem="", network="", processes="", missing=[])
+    report: dict[str, Any] = dict(workdir="", limits="", filesystem="", reads="", network="", processes="", missing=[])
     missing: list[str] = report["missing"]
     os.chdir(workdir)
     for var in ("TMPDIR", "TEMP", "TMP"):
@@ -250,12 +267,13 @@ def apply_sandbox(workdir: str, limits: SandboxLimits) -> dict[str, Any]:
         except OSError as e:
             missing.append(f"dropping root's capabilities: {e}")
     try:
-        desc, net_denied, _ = _landlock(libc, workdir)
+        desc, net_denied, _ = _landlock(libc, workdir, readable, listable)
         report["filesystem"] = desc
+        report["reads"] = "confined"
         if net_denied:
             network.append("landlock: no TCP")
     except OSError as e:
-        missing.append(f"writes outside the working directory are NOT prevented ({e})")
+        missing.append(f"reads and writes outside the working directory are NOT prevented ({e})")
     try:
         report["processes"] = _seccomp(libc)
         network.append("seccomp: no new sockets")

@@ -4,45 +4,50 @@ Reward code can hang (sympy on ``9**9**9**9``, a regex on a 50 kB completion)
 and can run the completion as code. ``signal.alarm`` cannot bound it (it only
 works in the main thread, and Lightning may score elsewhere), so
 ``TimeLimitedCaller`` runs the function in worker subprocesses that sandbox
-themselves (``sandbox.py``) and waits for them with a deadline. A call that
-overruns is reported as a timeout and its worker is killed; a fresh worker
-replaces it when there is work left.
+themselves (``worker.py``, ``sandbox.py``) and waits for them with a deadline. A
+call that overruns is reported as a timeout and its worker is killed; a fresh
+worker replaces it when there is work left.
 
 Design notes:
 
+* **Replies are data** (``protocol``): the trainer reads a worker's reply pipe
+  itself, non-blocking, as length-prefixed JSON frames checked field by field.
+  No ``pickle.loads``, ``Connection.recv()`` or multiprocessing object transfer
+  ever reads bytes a worker wrote; garbage, an oversized or half-written reply
+  fails that item (scored 0, counted) and the worker is killed.
+* **A clean worker**: started with ``subprocess`` (a fresh interpreter, never a
+  fork of the trainer, so none of its memory or environment), an allow-listed
+  environment (``sandbox_settings.worker_env``), a private empty working
+  directory, stdin on ``/dev/null``, and stdout/stderr on a pipe that the
+  trainer relays to its log with a prefix, escaped and rate limited
+  (``OutputRelay``), never raw to the terminal. The function is named by import
+  path and imported inside the sandbox.
 * A batch is spread over up to ``workers`` processes, one item in flight per
   worker, so a hanging item costs its limit once while the other workers go
   on. Each item's deadline is ``timeout_s`` from when it was sent.
-* The parent waits on all the pipes at once in the calling thread
-  (``multiprocessing.connection.wait``), so signal handlers run at once: a
-  handler that raises (Ctrl-C, a SIGTERM handler that exits) interrupts the
-  batch; the workers of an interrupted batch are killed so no late result
-  reaches the next one.
-* Start method: ``forkserver`` where the platform has it, else ``spawn``; never
-  ``fork`` (unsafe after CUDA or threads were started). Both normally re-import
-  the main module in every child, which for ``lit-rlvr fit`` means torch,
-  Lightning and transformers: seconds per worker start. The worker needs only
-  the function's module, so the caller starts it without re-importing
-  ``__main__`` (a thread-local switch on ``multiprocessing.spawn``'s
-  preparation data; other processes are unaffected). A function defined in
-  ``__main__`` itself is the exception.
+* The parent waits on all the pipes at once in the calling thread, so signal
+  handlers run at once: a handler that raises (Ctrl-C, a SIGTERM handler that
+  exits) interrupts the batch; the workers of an interrupted batch are killed
+  so no late result reaches the next one.
 * Workers are started lazily, in parallel, and are ready (sandboxed, function
-  resolved, ``preload`` imported, warm-up call done) before any deadline
+  imported, ``preload`` imported, warm-up call done) before any deadline
   starts, so start-up time is never charged to a call.
-* Thread-safe: one lock serialises batches.
-* Workers are daemon processes that ignore SIGINT (Ctrl-C is the parent's
-  business), exit when their parent dies, and are killed at interpreter exit;
-  their working directories are removed when they are.
+* Thread-safe: one lock serialises batches. Workers ignore SIGINT, exit when
+  the trainer dies, and are killed at interpreter exit; their working
+  directories are removed with them, and those left by a trainer that was
+  killed are removed when the next one starts.
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
-import multiprocessing as mp
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -51,8 +56,13 @@ from collections import deque
 from multiprocessing.connection import wait as wait_for
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
+from lit_rlvr.rewards import protocol
+from lit_rlvr.rewards.output_relay import OutputRelay
+from lit_rlvr.rewards.protocol import ProtocolError, error_summary
 from lit_rlvr.rewards.sandbox import SandboxLimits, describe
-from lit_rlvr.rewards.worker import error_summary, resolve_callable, worker_main
+from lit_rlvr.rewards.sandbox_settings import default_workers, read_roots, worker_env
+from lit_rlvr.rewards.worker import check_import_path, module_of, resolve_callable
+from lit_rlvr.rewards.workdirs import new_workdir, remove_stale_workdirs
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CallOutcome", "TimeLimitedCaller", "error_summary", "resolve_callable"]
 
@@ -65,6 +75,7 @@ DEFAULT_TIMEOUT_S = 10.0
 
 _LIVE_CALLERS: "weakref.WeakSet[TimeLimitedCaller]" = weakref.WeakSet()
 _SANDBOX_LOGGED = False
+_BOOT = "import sys; from lit_rlvr.rewards.worker import main; main(sys.argv[1:])"
 
 
 class CallOutcome(NamedTuple):
@@ -73,14 +84,9 @@ class CallOutcome(NamedTuple):
     ok: bool
     """True when the function returned."""
     value: Any
-    """The return value when ``ok``; else a one-line error summary (``None`` on timeout)."""
+    """The return value (a number or short string) when ``ok``; else a one-line error summary (``None`` on timeout)."""
     timed_out: bool
     """True when the call hit its time limit and the worker was killed."""
-
-
-def default_workers() -> int:
-    """Workers per caller: up to 4, at least 2 so that one hanging call never stalls a batch."""
-    return max(2, min(4, os.cpu_count() or 1))
 
 
 def _log_sandbox(report: Optional[dict]) -> None:
@@ -90,73 +96,62 @@ def _log_sandbox(report: Optional[dict]) -> None:
         (log.warning if report.get("missing") else log.info)("%s", describe(report))
 
 
-_SPAWN_TLS = threading.local()
-_HOOK_LOCK = threading.Lock()
-
-
-def _install_skip_main_hook() -> None:
-    """Let this thread's next process start skip re-importing ``__main__`` in the child.
-
-    ``multiprocessing`` (spawn and forkserver) sends the child "preparation
-    data" that names the parent's main module to re-import. The wrapper drops
-    those keys only while ``_SPAWN_TLS.skip_main`` is set by the thread starting
-    our worker; every other process start sees the data unchanged.
-    """
-    from multiprocessing import spawn
-
-    with _HOOK_LOCK:
-        if getattr(spawn.get_preparation_data, "_lit_rlvr_skip_main", False):
-            return
-        original = spawn.get_preparation_data
-
-        def get_preparation_data(name: str) -> dict:
-            data = original(name)
-            if getattr(_SPAWN_TLS, "skip_main", False):
-                data.pop("init_main_from_path", None)
-                data.pop("init_main_from_name", None)
-            return data
-
-        get_preparation_data._lit_rlvr_skip_main = True  # type: ignore[attr-defined]
-        spawn.get_preparation_data = get_preparation_data
-
-
+def _import_path(fn: FnSpec) -> str:
+    """``fn`` as ``module:qualname``; the worker imports it inside its sandbox."""
+    if isinstance(fn, str):
+        return check_import_path(fn)
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        raise ValueError(
+            f"fn {fn!r} cannot run in a reward worker: pass a module-level function or an import path "
+            "'package.module:function' (lambdas, closures and functions defined in __main__ cannot be "
+            "imported by a fresh interpreter)"
+        )
+    return f"{module}:{qualname}"
 
 
 class _Worker:
-    """One worker process and what it is doing."""
+    """One worker process, its pipes and what it is doing."""
 
-    def __init__(self, proc: Any, conn: Any, workdir: Optional[str], deadline: float) -> None:
-        self.proc, self.conn, self.workdir = proc, conn, workdir
+    def __init__(self, proc: subprocess.Popen, req: int, rep: int, workdir: Optional[str], deadline: float) -> None:
+        self.proc, self.req, self.rep, self.workdir = proc, req, rep, workdir
+        self.out: Optional[int] = proc.stdout.fileno() if proc.stdout is not None else None
+        """Read end of the worker's stdout/stderr; ``None`` once it reached EOF."""
+        self.reader = protocol.FrameReader(protocol.MAX_REPLY_BYTES)
         self.ready = False
         self.item: Optional[int] = None
         """Index of the item in flight, if any."""
         self.deadline = deadline
         """Start-up deadline until ready; then the deadline of the item in flight."""
 
+    def fds(self) -> list[int]:
+        return [self.rep] + ([self.out] if self.out is not None else [])
+
 
 class TimeLimitedCaller:
     """Calls a function in sandboxed worker subprocesses with a hard per-call time limit.
 
     ``call`` and ``call_many`` never raise for the function's own errors or
-    timeouts; they return ``CallOutcome`` records.
+    timeouts; they return ``CallOutcome`` records. The function must return a
+    number, ``None`` or a short string (``protocol.plain_value``): anything else
+    fails that call.
 
     Args:
-        fn: the function to run: an import path (``"package.module:function"``),
-            resolved in the worker, or a picklable callable (a module-level
-            function; lambdas and closures cannot cross to a spawned process).
+        fn: the function to run: an import path (``"package.module:function"``)
+            or a module-level function (sent by its import path); either way it
+            is imported in the worker, inside the sandbox.
         timeout_s: hard limit, in seconds, on each call.
         preload: modules the worker imports before it reports ready, so their
             import time is never charged to a call.
         warmup: arguments of one call the worker makes (and ignores) before it
             reports ready, to fill caches and compile lazily built parsers.
-        start_method: multiprocessing start method: ``"forkserver"`` (default
-            where available) or ``"spawn"``.
         startup_timeout_s: how long to wait for a new worker to become ready.
         workers: most worker processes, each running one call at a time
             (default ``default_workers()``).
         sandbox: ``True`` (default) confines workers with ``SandboxLimits()``, a
             ``SandboxLimits`` with those limits; ``False`` runs them unconfined
-            in the current directory (for trusted code that needs the network).
+            in the current directory with the trainer's environment (for
+            trusted code that needs the network or credentials).
     """
 
     def __init__(
@@ -165,44 +160,37 @@ class TimeLimitedCaller:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         preload: Sequence[str] = (),
         warmup: tuple | None = None,
-        start_method: str | None = None,
         startup_timeout_s: float = 120.0,
         workers: Optional[int] = None,
         sandbox: Union[bool, SandboxLimits] = True,
     ) -> None:
         if not (isinstance(fn, str) or callable(fn)):
             raise TypeError(f"fn must be an import path or a callable, got {type(fn).__name__}")
-        if not isinstance(fn, str):
-            try:
-                pickle.dumps(fn)
-            except Exception as e:
-                raise ValueError(
-                    f"fn {fn!r} cannot be sent to a worker process ({e}); pass a module-level "
-                    "function or an import path 'package.module:function' (lambdas and closures do not pickle)"
-                ) from e
+        self.fn = _import_path(fn)
         timeout_s = float(timeout_s)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.workers_explicit = workers is not None
+        """Whether ``workers`` was given (then the run's ``reward_sandbox.workers`` does not replace it)."""
         workers = default_workers() if workers is None else int(workers)
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        if start_method is None:
-            start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        if start_method not in ("forkserver", "spawn"):
-            raise ValueError(
-                f"start_method must be 'forkserver' or 'spawn', got {start_method!r} "
-                "('fork' is unsafe once CUDA or threads are running)"
-            )
-        self.fn = fn
         self.timeout_s = timeout_s
         self.preload = tuple(preload)
         self.warmup = tuple(warmup) if warmup is not None else None
-        self.start_method = start_method
         self.startup_timeout_s = float(startup_timeout_s)
         self.workers = workers
         self.limits: Optional[SandboxLimits] = (
             sandbox if isinstance(sandbox, SandboxLimits) else SandboxLimits() if sandbox else None
         )
+        self.env_names: tuple[str, ...] = ()
+        """Environment variables passed to sandboxed workers besides ``ENV_ALLOWED``."""
+        self.read_paths: tuple[str, ...] = ()
+        """Extra paths sandboxed workers may read."""
+        self.strict = False
+        """Refuse to start a worker whose sandbox is missing a part."""
+        self.memory_note = ""
+        """Where the per-worker memory limit comes from, for the MemoryError message."""
         self.cwd = os.getcwd()
         """Where import paths are resolved from when not on ``sys.path`` (the launch directory)."""
         self.sandbox: Optional[dict[str, Any]] = None
@@ -213,18 +201,22 @@ class TimeLimitedCaller:
         """Calls that hit the time limit."""
         self.starts = 0
         """Workers started (the first one included)."""
+        self.protocol_errors = 0
+        """Replies that broke the protocol (each failed its item and cost the worker)."""
         self._init_state()
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._slots: list[_Worker] = []
         self._pid = os.getpid()
+        self._start_error: Optional[str] = None
+        self._relay = OutputRelay(f"reward worker ({self.fn})")
         _LIVE_CALLERS.add(self)
 
     # Picklable and deep-copyable: the workers and lock are per process and rebuilt lazily.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_lock", "_slots", "_pid"):
+        for k in ("_lock", "_slots", "_pid", "_start_error", "_relay"):
             state.pop(k, None)
         return state
 
@@ -233,15 +225,34 @@ class TimeLimitedCaller:
         self._init_state()
 
     def __repr__(self) -> str:
-        fn = self.fn if isinstance(self.fn, str) else getattr(self.fn, "__qualname__", repr(self.fn))
-        return f"{type(self).__name__}({fn!r}, timeout_s={self.timeout_s}, workers={self.workers})"
+        return f"{type(self).__name__}({self.fn!r}, timeout_s={self.timeout_s}, workers={self.workers})"
 
     # ------------------------------------------------------------------ public API
+
+    def configure(
+        self,
+        *,
+        workers: Optional[int] = None,
+        address_space_mb: Optional[int] = None,
+        env: Sequence[str] = (),
+        read_paths: Sequence[str] = (),
+        strict: bool = False,
+        memory_note: str = "",
+    ) -> None:
+        """Apply the run's sandbox settings (``sandbox_settings.RewardSandbox``); running workers are replaced."""
+        with self._lock:
+            self._kill_all()
+            if workers is not None:
+                self.workers = int(workers)
+            if self.limits is not None and address_space_mb is not None:
+                self.limits = dataclasses.replace(self.limits, address_space_mb=int(address_space_mb))
+            self.env_names, self.read_paths, self.strict = tuple(env), tuple(read_paths), bool(strict)
+            self.memory_note = memory_note
 
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers."""
-        return [w.proc.pid for w in list(self._slots) if w.proc.is_alive()]
+        return [w.proc.pid for w in list(self._slots) if w.proc.poll() is None]
 
     @property
     def worker_pid(self) -> int | None:
@@ -268,25 +279,33 @@ class TimeLimitedCaller:
             raise ValueError(f"args_list has {n} items but kwargs_list has {len(kwargs_list)}")
         return self._run([(tuple(a), dict(k)) for a, k in zip(args_list, kwargs_list)])
 
-    def start(self) -> None:
-        """Start every worker now and wait until they are ready (else they start on demand)."""
+    def start(self, count: Optional[int] = None) -> Optional[str]:
+        """Start ``count`` workers (default all) now and wait until they are ready (else they start on demand).
+
+        Returns why a worker could not start (e.g. the function's module failed
+        to import in the sandbox), or ``None``.
+        """
         with self._lock:
-            if self._pid != os.getpid():
-                self._slots, self._pid = [], os.getpid()
-            while len(self._slots) < self.workers and self._spawn() is None:
+            self._own_process()
+            self._start_error = None
+            want = self.workers if count is None else min(count, self.workers)
+            while len(self._slots) < want and self._spawn() is None:
                 pass
-            queue: deque = deque()
             while True:
                 starting = [w for w in self._slots if not w.ready]
                 if not starting:
-                    return
-                timeout = max(0.0, min(w.deadline for w in starting) - time.monotonic())
-                for conn in wait_for([w.conn for w in starting], timeout):
-                    self._receive(next(w for w in starting if w.conn is conn), queue, [])
-                for w in starting:
-                    if w in self._slots and not w.ready and w.deadline <= time.monotonic():
-                        self._kill(w)
-                        log.warning("%r: a reward worker was not ready within %.0f s", self, self.startup_timeout_s)
+                    return self._start_error
+                self._wait(starting, deque(), [])
+                for w in [w for w in starting if w in self._slots and not w.ready and w.deadline <= time.monotonic()]:
+                    self._kill(w)
+                    self._start_error = f"a reward worker was not ready within {self.startup_timeout_s:.0f} s"
+                    log.warning("%r: %s", self, self._start_error)
+
+    def check(self) -> None:
+        """Start one worker; ``ValueError`` with the worker's reason when it cannot (a bad import path)."""
+        error = self.start(count=1)
+        if error is not None:
+            raise ValueError(error)
 
     def close(self) -> None:
         """Stop the workers (a later call starts new ones)."""
@@ -301,11 +320,14 @@ class TimeLimitedCaller:
 
     # ------------------------------------------------------------------ the batch loop
 
+    def _own_process(self) -> None:
+        if self._pid != os.getpid():  # a forked copy: the workers belong to our parent
+            self._slots, self._pid = [], os.getpid()
+
     def _run(self, items: list[tuple[tuple, dict]]) -> list[CallOutcome]:
         results: list[Optional[CallOutcome]] = [None] * len(items)
         with self._lock:
-            if self._pid != os.getpid():  # a forked copy: the workers belong to our parent
-                self._slots, self._pid = [], os.getpid()
+            self._own_process()
             self.calls += len(items)
             try:
                 self._drive(items, deque(range(len(items))), results)
@@ -331,9 +353,7 @@ class TimeLimitedCaller:
             waiting = [w for w in self._slots if w.item is not None or not w.ready]
             if not waiting:
                 continue
-            timeout = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
-            for conn in wait_for([w.conn for w in waiting], timeout):
-                self._receive(next(w for w in waiting if w.conn is conn), queue, results)
+            self._wait(waiting, queue, results)
             now = time.monotonic()
             for w in [w for w in waiting if w in self._slots and w.deadline <= now]:
                 if w.item is not None:
@@ -345,49 +365,124 @@ class TimeLimitedCaller:
                     self._kill(w)
                     self._fail(queue, results, f"reward worker was not ready within {self.startup_timeout_s:.0f} s")
 
+    def _wait(self, waiting: list[_Worker], queue: deque, results: list) -> None:
+        """Wait (at most until the nearest deadline) and handle what the workers wrote."""
+        timeout = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
+        owner = {fd: w for w in waiting for fd in w.fds()}
+        for fd in wait_for(list(owner), timeout):
+            w = owner[fd]
+            if w not in self._slots:
+                continue
+            if fd == w.out:
+                self._relay_output(w)
+            else:
+                self._read_replies(w, queue, results)
+
     def _dispatch(self, w: _Worker, items: list, queue: deque, results: list, retried: set[int]) -> None:
         i = queue.popleft()
         args, kwargs = items[i]
         try:
-            w.conn.send((i, args, kwargs))  # pickles first: an unpicklable argument writes nothing
-        except (OSError, EOFError) as e:  # the worker is gone (idle death): retry the item once
+            request = protocol.frame(pickle.dumps((i, args, kwargs)))  # pickled first: a bad argument sends nothing
+        except Exception as e:
+            results[i] = CallOutcome(False, f"arguments cannot be sent to the worker: {e!r}", False)
+            return
+        try:
+            protocol.write_all(w.req, request)
+        except OSError as e:  # the worker is gone (idle death): retry the item once
             self._kill(w)
             if i in retried:
                 results[i] = CallOutcome(False, f"reward worker pipe failed: {e!r}", False)
             else:
                 retried.add(i)
                 queue.appendleft(i)
-        except Exception as e:
-            results[i] = CallOutcome(False, f"arguments cannot be sent to the worker: {e!r}", False)
         else:
             w.item, w.deadline = i, time.monotonic() + self.timeout_s
 
-    def _receive(self, w: _Worker, queue: deque, results: list) -> None:
+    def _read_replies(self, w: _Worker, queue: deque, results: list) -> None:
         try:
-            msg = w.conn.recv()
-        except (EOFError, OSError):
-            w.proc.join(1.0)  # reap it, for the exit code
-            code = w.proc.exitcode
+            data = os.read(w.rep, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # the worker exited (or closed its reply pipe)
+            self._relay_output(w, final=True)
+            try:
+                code = w.proc.wait(1.0)
+            except subprocess.TimeoutExpired:
+                code = None
             if w.item is not None:
                 results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
+            was_ready = w.ready
             self._kill(w)
-            if not w.ready:
-                self._fail(queue, results, f"the worker exited during start-up (exit code {code})")
+            if not was_ready:
+                self._fail(queue, results, f"the reward worker exited during start-up (exit code {code})")
             return
+        try:
+            for payload in w.reader.feed(data):
+                self._handle(w, *protocol.decode(payload), queue, results)
+                if w not in self._slots:
+                    return
+        except ProtocolError as e:
+            self._protocol_error(w, str(e), queue, results)
+
+    def _handle(self, w: _Worker, kind: str, body: Any, queue: deque, results: list) -> None:
+        """One decoded reply (``protocol.decode``) from ``w``."""
         if not w.ready:
-            if msg[0] == "ready":
+            if kind == "ready":
                 w.ready = True
-                self.sandbox = msg[1]
-                _log_sandbox(msg[1])
-            else:
+                self.sandbox = body
+                _log_sandbox(body)
+            elif kind == "init_error":
                 self._kill(w)
-                self._fail(queue, results, f"reward worker failed to start: {msg[1]}")
+                self._start_error = f"reward worker failed to start: {body}"
+                self._fail(queue, results, self._start_error)
+            else:
+                raise ProtocolError(f"a {kind!r} reply before the worker was ready")
             return
-        i, ok, value, retire = msg
-        results[i] = CallOutcome(bool(ok), value, False)
+        if kind != "result" or w.item is None or body.i != w.item:
+            raise ProtocolError("a reply that answers no call in flight")
+        value = body.value if body.ok else self._explain(body.error)
+        results[w.item] = CallOutcome(body.ok, value, False)
         w.item = None
-        if retire:  # used half its CPU-seconds limit: replace it before the kernel kills it
+        if body.retire:  # used half its CPU-seconds limit: replace it before the kernel kills it
             self._kill(w)
+
+    def _explain(self, error: str) -> str:
+        if error.startswith("MemoryError"):
+            limit = self.limits.address_space_mb if self.limits is not None else None
+            note = self.memory_note or f"SandboxLimits.address_space_mb={limit}"
+            return f"{error}: the reward worker's memory limit of {limit} MB was reached ({note})"
+        return error
+
+    def _protocol_error(self, w: _Worker, what: str, queue: deque, results: list) -> None:
+        self.protocol_errors += 1
+        message = f"reward worker {w.proc.pid} sent a malformed reply ({what}); it was killed"
+        log.warning("%r: %s", self, message)
+        if w.item is not None:
+            results[w.item] = CallOutcome(False, message, False)
+        was_ready = w.ready
+        self._kill(w)
+        if not was_ready:
+            self._fail(queue, results, message)
+
+    def _relay_output(self, w: _Worker, final: bool = False) -> None:
+        if w.out is None:
+            return
+        while True:
+            try:
+                data = os.read(w.out, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._relay.flush(w.proc.pid)
+                w.out = None
+                return
+            self._relay.feed(w.proc.pid, data)
+            if not final:
+                return
 
     def _fail(self, queue: deque, results: list, error: str) -> None:
         """Every queued item fails with ``error`` (a worker could not start)."""
@@ -397,55 +492,71 @@ class TimeLimitedCaller:
 
     # ------------------------------------------------------------------ processes
 
+    def _setup(self, workdir: Optional[str]) -> dict[str, Any]:
+        """What a new worker needs to know, sent (pickled: trainer data) before anything else."""
+        modules = (module_of(self.fn), *self.preload)
+        readable, listable = read_roots(modules, self.read_paths, self.cwd) if workdir is not None else ([], [])
+        return dict(
+            fn=self.fn, preload=self.preload, warmup=self.warmup, workdir=workdir, strict=self.strict,
+            limits=self.limits or SandboxLimits(), readable=readable, listable=listable,
+            launch_dir=self.cwd, parent_pid=os.getpid(),
+        )
+
     def _spawn(self) -> str | None:
         """Start one worker (it reports ready later); returns an error message if it cannot start."""
-        ctx = mp.get_context(self.start_method)
-        parent_conn, child_conn = ctx.Pipe(duplex=True)
-        workdir = tempfile.mkdtemp(prefix="lit-rlvr-reward-") if self.limits is not None else None
-        proc = ctx.Process(
-            target=worker_main,
-            args=(child_conn, self.fn, self.preload, self.warmup, workdir, self.limits or SandboxLimits(), self.cwd),
-            name=f"lit-rlvr-reward-worker-{self.starts}",
-            daemon=True,
-        )
-        if isinstance(self.fn, str):
-            skip_main = not self.fn.startswith("__main__")
-        else:
-            skip_main = getattr(self.fn, "__module__", None) != "__main__"
-        if skip_main:
-            _install_skip_main_hook()
-        _SPAWN_TLS.skip_main = skip_main
+        remove_stale_workdirs()
+        workdir = new_workdir() if self.limits is not None else None
+        env = worker_env(self.env_names, workdir) if workdir is not None else {**os.environ, **worker_env((), None)}
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
         try:
-            proc.start()
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, str(req_r), str(rep_w)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                pass_fds=(req_r, rep_w), cwd=workdir or self.cwd, env=env,
+            )
         except Exception as e:
-            parent_conn.close()
+            for fd in (req_w, rep_r):
+                os.close(fd)
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
             return f"reward worker failed to start: {e!r}"
         finally:
-            _SPAWN_TLS.skip_main = False
-            child_conn.close()  # so a dead worker shows up as EOF on our end
+            os.close(req_r)  # the worker's ends: a dead worker shows up as EOF on ours
+            os.close(rep_w)
+        os.set_blocking(rep_r, False)
+        os.set_blocking(proc.stdout.fileno(), False)
         self.starts += 1
-        self._slots.append(_Worker(proc, parent_conn, workdir, time.monotonic() + self.startup_timeout_s))
+        w = _Worker(proc, req_w, rep_r, workdir, time.monotonic() + self.startup_timeout_s)
+        self._slots.append(w)
+        try:
+            protocol.write_all(req_w, protocol.frame(pickle.dumps(self._setup(workdir))))
+        except OSError:
+            pass  # it died at once: its reply pipe reports EOF
         return None
 
     def _kill(self, w: _Worker) -> None:
         """Kill ``w`` (SIGKILL: a sandboxed worker has nothing to flush) and remove its directory."""
         if w in self._slots:
             self._slots.remove(w)
+        if self._pid != os.getpid():
+            return
         try:
-            w.conn.close()
+            if w.proc.poll() is None:
+                w.proc.kill()
+            w.proc.wait(2.0)
         except Exception:
             pass
-        if self._pid == os.getpid():
+        self._relay_output(w, final=True)
+        for f in (w.req, w.rep):
             try:
-                if w.proc.is_alive():
-                    w.proc.kill()
-                w.proc.join(2.0)
-            except Exception:
+                os.close(f)
+            except OSError:
                 pass
-            if w.workdir is not None:
-                shutil.rmtree(w.workdir, ignore_errors=True)
+        if w.proc.stdout is not None:
+            w.proc.stdout.close()
+        if w.workdir is not None:
+            shutil.rmtree(w.workdir, ignore_errors=True)
 
     def _kill_all(self) -> None:
         for w in list(getattr(self, "_slots", [])):

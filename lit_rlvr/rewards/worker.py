@@ -1,20 +1,31 @@
-"""The reward worker process: sandbox itself, resolve the function, answer calls one at a time.
+"""The reward worker process: sandbox itself, import the function, answer calls one at a time.
 
-Also the two helpers both sides use: ``resolve_callable`` (import paths, with
-the working directory as a fallback root) and ``error_summary``.
+Started by ``TimeLimitedCaller`` as ``python -m lit_rlvr.rewards.worker REQ_FD
+REPLY_FD`` with a clean environment, stdin on ``/dev/null`` and stdout/stderr on
+a pipe the trainer relays to its log. It reads its set-up (pickled by the
+trainer) from the request pipe, confines itself (``sandbox.apply_sandbox``) while
+it still has one thread, and only then imports the reward's module and runs it:
+a reward module's top-level code never runs in the trainer. Replies follow
+``protocol`` (JSON data, never pickles).
+
+Also ``resolve_callable`` (import paths, with the launch directory as a
+fallback root), which the worker uses and the tests check.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import multiprocessing as mp
 import os
+import pickle
+import signal
 import sys
 import threading
-import traceback
+import time
 from typing import Any, Callable, Optional
 
+from lit_rlvr.rewards import protocol
+from lit_rlvr.rewards.protocol import error_summary
 from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox
 
 log = logging.getLogger(__name__)
@@ -85,79 +96,88 @@ def _import_from_cwd(module_name: str, cwd: str) -> Any:
     return importlib.import_module(module_name)
 
 
-def error_summary(exc: BaseException) -> str:
-    """``Type: message`` plus the innermost frame, short enough for a log line."""
-    summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        f = frames[-1]
-        summary += f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name})"
-    return summary
+def check_import_path(path: Any) -> str:
+    """``path`` stripped, or ``ValueError`` unless it reads ``package.module:function`` (nothing is imported)."""
+    if not isinstance(path, str) or not path.strip():
+        raise ValueError(f"expected an import path 'package.module:function', got {path!r}")
+    path = path.strip()
+    module, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    names = module.split(".") + attr.split(".")
+    if not module or not attr or not all(n.isidentifier() for n in names):
+        raise ValueError(f"cannot import {path!r}: write it as 'package.module:function' or 'package.module.function'")
+    return path
 
 
-def _exit_when_parent_dies() -> None:
-    parent = mp.parent_process()
-    if parent is None:
-        return
-    parent.join()  # waits on the parent's sentinel
+def _exit_when_orphaned(parent: int) -> None:
+    """Exit once the trainer is gone (its pid is no longer our parent)."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
     os._exit(1)
 
 
-def worker_main(
-    conn: Any,
-    fn_spec: Any,
-    preload: tuple[str, ...],
-    warmup: Optional[tuple],
-    workdir: Optional[str],
-    limits: SandboxLimits,
-    cwd: str,
-) -> None:
-    """Sandbox (unless ``workdir`` is None), get ready, then answer ``(i, args, kwargs)`` items.
+def _send(fd: int, kind: str, **fields: Any) -> None:
+    protocol.write_all(fd, protocol.encode(kind, **fields))
 
-    Replies ``(i, ok, value, retire)``; ``retire`` asks the parent to replace
-    this worker, which has used half its CPU-seconds limit.
-    """
-    import signal
 
-    global LAUNCH_DIR
-    LAUNCH_DIR = cwd
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    try:
-        report = apply_sandbox(workdir, limits) if workdir is not None else None
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, "1")  # many workers, one thread each
-        threading.Thread(target=_exit_when_parent_dies, daemon=True).start()
-        for name in preload:  # before "ready": import time is never charged to a call
-            _import_from_cwd(name, cwd)
-        fn = resolve_callable(fn_spec) if isinstance(fn_spec, str) else fn_spec
-        if warmup is not None:
-            try:
-                fn(*warmup)
-            except Exception:
-                pass
-    except BaseException as e:
-        conn.send(("init_error", error_summary(e)))
-        return
-    conn.send(("ready", report))
-    cpu_budget = limits.cpu_seconds / 2
+def _serve(req: int, rep: int, fn: Callable[..., Any], cpu_budget: float) -> None:
+    """Answer ``(i, args, kwargs)`` requests until EOF or ``None``."""
     while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
+        raw = protocol.read_frame(req)
+        if raw is None:
             return
+        msg = pickle.loads(raw)  # the trainer's own data: nothing a worker wrote flows into requests
         if msg is None:
             return
         i, args, kwargs = msg
+        ok, value, error = True, None, ""
         try:
-            value: Any = fn(*args, **kwargs)
-            ok = True
-        except Exception as e:
-            ok, value = False, error_summary(e)
-        times = os.times()
-        retire = times.user + times.system > cpu_budget
-        try:
-            conn.send((i, ok, value, retire))  # pickles first: a failure leaves the pipe clean
-        except (EOFError, OSError):
+            value = protocol.plain_value(fn(*args, **kwargs))
+        except TypeError as e:
+            ok, error = False, f"result cannot be sent back: {e}"
+        except Exception as e:  # noqa: BLE001 - the item fails, the worker goes on
+            ok, error = False, error_summary(e)
+        except BaseException as e:  # SystemExit and the like: report, then leave
+            _send(rep, "result", i=i, ok=False, value=None, error=error_summary(e), cpu_s=0.0, retire=True)
             return
-        except Exception as e:
-            conn.send((i, False, f"result of type {type(value).__name__} cannot be sent back: {e!r}", retire))
+        times = os.times()
+        cpu = times.user + times.system
+        _send(rep, "result", i=i, ok=ok, value=value, error=error, cpu_s=cpu, retire=cpu > cpu_budget)
+
+
+def main(argv: list[str]) -> None:
+    """Worker entry point: ``REQ_FD REPLY_FD``; see the module docstring."""
+    global LAUNCH_DIR
+    req, rep = int(argv[0]), int(argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's business
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)  # a terminal on stdin is writable too
+    os.close(devnull)
+    try:
+        setup = pickle.loads(protocol.read_frame(req) or b"N.")
+        LAUNCH_DIR = setup["launch_dir"]
+        limits: SandboxLimits = setup["limits"]
+        report = None
+        if setup["workdir"] is not None:
+            report = apply_sandbox(setup["workdir"], limits, setup["readable"], setup["listable"])
+            if setup["strict"] and report["missing"]:
+                raise RuntimeError(
+                    "model.reward_sandbox.strict is set and this system does not enforce: " + "; ".join(report["missing"])
+                )
+        threading.Thread(target=_exit_when_orphaned, args=(setup["parent_pid"],), daemon=True).start()
+        for name in setup["preload"]:  # before "ready": import time is never charged to a call
+            _import_from_cwd(name, LAUNCH_DIR)
+        fn = resolve_callable(setup["fn"])
+        if setup["warmup"] is not None:
+            try:
+                fn(*setup["warmup"])
+            except Exception:  # noqa: BLE001 - a warm-up only fills caches
+                pass
+    except BaseException as e:  # noqa: BLE001 - reported to the trainer, which names the reward
+        _send(rep, "init_error", error=error_summary(e) if not isinstance(e, ValueError) else str(e))
+        return
+    _send(rep, "ready", report=report)
+    _serve(req, rep, fn, limits.cpu_seconds / 2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -80,12 +80,13 @@ def signal_parent_reward(completion, answer, metadata):
 
 
 def limits_reward(completion, answer, metadata):
-    """The worker's own view: working directory and hard resource limits."""
+    """The worker's own view: working directory and hard resource limits (JSON: replies carry scalars only)."""
+    import json
     import resource
 
-    return {
+    return json.dumps({
         "cwd": os.getcwd(),
         "as": resource.getrlimit(resource.RLIMIT_AS)[1],
         "cpu": resource.getrlimit(resource.RLIMIT_CPU)[1],
         "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
-    }
+    })

@@ -1,5 +1,6 @@
 """Reward workers are a sandbox: model output is untrusted input that reward code may run."""
 
+import json
 import os
 import socket
 import sys
@@ -87,7 +88,7 @@ def test_resource_limits_and_workdir(tmp_path):
     limits = SandboxLimits(address_space_mb=4096, cpu_seconds=100, open_files=64)
     caller = TimeLimitedCaller(helpers.limits_reward, timeout_s=10, sandbox=limits)
     try:
-        seen = caller.call("", "", {}).value
+        seen = json.loads(caller.call("", "", {}).value)
         workdir = seen["cwd"]
         assert workdir != os.getcwd() and os.path.basename(workdir).startswith("lit-rlvr-reward-")
         assert (seen["as"], seen["cpu"], seen["nofile"]) == (4096 * 2**20, 100, 64)

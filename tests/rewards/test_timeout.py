@@ -163,8 +163,10 @@ def test_copy_and_pickle_give_a_working_independent_caller(sleeper):
 def test_validation():
     with pytest.raises(ValueError, match="timeout_s"):
         TimeLimitedCaller(helpers.add, timeout_s=0)
-    with pytest.raises(ValueError, match="fork"):
-        TimeLimitedCaller(helpers.add, timeout_s=1, start_method="fork")
+    with pytest.raises(ValueError, match="workers"):
+        TimeLimitedCaller(helpers.add, timeout_s=1, workers=0)
+    with pytest.raises(ValueError, match="package.module:function"):
+        TimeLimitedCaller("not a path", timeout_s=1)
 
 
 def test_resolve_callable():

@@ -1,0 +1,189 @@
+"""Attacks on the reward sandbox, each through the real scoring path (``RewardScorer`` over a reward).
+
+Each test shows: the trainer's process is untouched (no marker file written under
+its pid, no worker-supplied code run in it), the attacked rollout scores 0 and is
+counted, and scoring goes on (the next call scores normally).
+"""
+
+import logging
+import os
+import sys
+
+import pytest
+import reasoning_gym
+
+from lit_rlvr.rewards import CallableReward, ReasoningGymReward, RewardScorer
+from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
+from tests.rewards import hostile
+from tests.rewards.hostile_payloads import EVALUATING_TASKS, payload_answer
+
+LINUX = sys.platform.startswith("linux")
+
+
+@pytest.fixture(scope="module")
+def report():
+    r = CallableReward("tests.rewards.hostile:honest_reward", workers=1)
+    yield r._caller.sandbox
+    r.close()
+
+
+def marker(tmp_path, what):
+    """A path that only the trainer's process would create (it carries the trainer's pid)."""
+    return str(tmp_path / f"{what}-trainer-{os.getpid()}")
+
+
+def attack(fn, metadata, **kwargs):
+    """Score one rollout with ``tests.rewards.hostile:<fn>``, then an honest one through the same workers."""
+    r = CallableReward(f"tests.rewards.hostile:{fn}", timeout_s=10, workers=1, name="r", **kwargs)
+    scorer = RewardScorer([r])
+    try:
+        res = scorer.score(["x"], [""], [metadata])
+        r2 = CallableReward("tests.rewards.hostile:honest_reward", timeout_s=10, workers=1)
+        after = RewardScorer([r2]).score(["x"], [""], [{}])
+        r2.close()
+    finally:
+        r.close()
+    assert after.total.tolist() == [1.0]  # the run goes on
+    return res
+
+
+def test_a_pickle_written_into_the_reply_pipe_never_runs_in_the_trainer(tmp_path):
+    path = marker(tmp_path, "pickle")
+    res = attack("forge_pickle_reply", {"marker": path})
+    assert not os.path.exists(path)  # the forged pickle was not unpickled by the trainer
+    assert (res.total.tolist(), res.errors) == ([0.0], 1)  # a forged reply is a failed reward, not a 1.0
+
+
+def test_a_returned_object_is_not_unpickled(tmp_path):
+    path = marker(tmp_path, "object")
+    res = attack("hostile_object", {"marker": path})
+    assert not os.path.exists(path)
+    assert (res.total.tolist(), res.errors) == ([0.0], 1)
+
+
+@pytest.mark.parametrize("fn", ["garbage_reply", "oversized_reply", "half_reply_then_die"])
+def test_a_malformed_reply_is_a_failed_reward(fn):
+    res = attack(fn, {})
+    assert (res.total.tolist(), res.errors, res.timeouts) == ([0.0], 1, 0)
+
+
+@pytest.mark.parametrize("task", EVALUATING_TASKS)
+def test_code_in_model_output_cannot_reach_the_trainer(task, tmp_path, report):
+    """The answer a scorer evaluates forges a reply and writes outside: neither works."""
+    entry = reasoning_gym.create_dataset(task, size=1, seed=0)[0]
+    unpickled = marker(tmp_path, "unpickled")
+    outside = marker(tmp_path, "outside")
+    code = (
+        "import os\n"
+        f"frame = {hostile.forged_reply(unpickled)!r}\n"
+        "for fd in range(64):\n"
+        "    try:\n"
+        "        os.write(fd, frame)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        f"open({outside!r}, 'w').write('escaped')\n"
+    )
+    answer = payload_answer(task, entry, f"__import__('builtins').exec({code!r})")
+    r = ReasoningGymReward(extraction="full", timeout_s=30, workers=1, name="rg")
+    try:
+        res = RewardScorer([r]).score([answer], [entry["answer"]], [entry["metadata"]])
+        again = RewardScorer([r]).score([str(entry["answer"])], [entry["answer"]], [entry["metadata"]])
+    finally:
+        r.close()
+    assert not os.path.exists(unpickled)
+    assert (res.total.tolist(), res.errors) == ([0.0], 1)  # the forged frame failed the item
+    assert again.errors == 0 and again.total.tolist()[0] > 0  # scoring goes on
+    if not report["filesystem"]:
+        pytest.xfail(f"writes are not restricted on this system: {report['missing']}")
+    assert not os.path.exists(outside)
+
+
+def test_files_outside_the_allowed_set_cannot_be_read(tmp_path, report):
+    if not report["filesystem"]:
+        pytest.xfail(f"reads are not restricted on this system: {report['missing']}")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("api key")
+    for path in [str(secret), os.path.expanduser("~/.bashrc"), "/etc/shadow", f"/proc/{os.getpid()}/environ"]:
+        if not os.path.exists(path):
+            continue
+        res = attack("read_file_reward", {"path": path})
+        assert (res.total.tolist(), res.errors) == ([0.0], 1), path
+
+
+def test_the_trainers_secrets_are_not_in_the_workers_environment(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_6d1f")
+    monkeypatch.setenv("WANDB_API_KEY", "wandb_secret_91ac")
+    for value in ("hf_secret_6d1f", "wandb_secret_91ac"):
+        assert attack("env_secret_reward", {"value": value}).total.tolist() == [0.0]
+    # a variable named in model.reward_sandbox.env is passed on purpose
+    r = CallableReward("tests.rewards.hostile:env_secret_reward", workers=1, name="r")
+    apply_reward_sandbox([r], RewardSandbox(env=["HF_TOKEN"]))
+    try:
+        assert RewardScorer([r]).score(["x"], [""], [{"value": "hf_secret_6d1f"}]).total.tolist() == [1.0]
+    finally:
+        r.close()
+
+
+def test_worker_output_reaches_the_log_prefixed_never_the_terminal(capfd, caplog):
+    line = "fit finished after 999 steps"
+    with caplog.at_level(logging.WARNING):
+        res = attack("terminal_forgery", {"line": line})
+    assert res.total.tolist() == [1.0]
+    out, err = capfd.readouterr()
+    assert line not in out + err  # nothing the worker wrote reached the trainer's stdout or stderr
+    relayed = [rec.getMessage() for rec in caplog.records if line in rec.getMessage()]
+    assert relayed and all(m.startswith("[reward worker (tests.rewards.hostile:terminal_forgery) pid ") for m in relayed)
+    assert all("\x1b" not in m and "\r" not in m for m in relayed)  # escapes are shown, not obeyed
+
+
+def test_one_memory_budget_for_all_workers_named_when_hit(caplog):
+    r1 = CallableReward("tests.rewards.hostile:allocate_reward", workers=2, name="big")
+    r2 = CallableReward("tests.rewards.hostile:honest_reward", workers=2, name="small")
+    summary = apply_reward_sandbox([r1, r2], RewardSandbox(memory_mb=2048))
+    assert "4 reward workers, 512 MB each of a 2048 MB budget" in summary
+    assert r1._caller.limits.address_space_mb == r2._caller.limits.address_space_mb == 512
+    scorer = RewardScorer([r1, r2])
+    try:
+        with caplog.at_level(logging.WARNING):
+            res = scorer.score(["x", "y"], ["", ""], [{"mb": 1024}, {"mb": 1}])
+        assert res.components["big"].tolist() == [0.0, 1.0] and res.errors == 1
+        assert "MemoryError" in caplog.text and "model.reward_sandbox.memory_mb=2048" in caplog.text
+    finally:
+        scorer.close()
+    with pytest.raises(ValueError, match="model.reward_sandbox.memory_mb=600 shared by 4 reward workers"):
+        apply_reward_sandbox([r1, r2], RewardSandbox(memory_mb=600))
+
+
+def test_the_default_budget_is_half_the_machine():
+    from lit_rlvr.rewards.sandbox_settings import physical_memory_mb
+
+    assert RewardSandbox().budget_mb() == physical_memory_mb() // 2
+    with pytest.raises(ValueError, match="model.reward_sandbox.memory_mb"):
+        RewardSandbox(memory_mb=100)
+
+
+def test_no_child_processes_and_no_sockets(tmp_path, report):
+    if not report["processes"]:
+        pytest.xfail(f"processes are not restricted on this system: {report['missing']}")
+    path = marker(tmp_path, "forked")
+    res = attack("fork_reward", {"marker": path})
+    assert (res.total.tolist(), res.errors) == ([0.0], 1) and not os.path.exists(path)
+    res = attack("socket_reward", {})
+    assert (res.total.tolist(), res.errors) == ([0.0], 1)
+
+
+def test_the_reward_module_is_imported_in_the_sandbox_not_in_the_trainer():
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"lit-rlvr-import-marker-{os.getpid()}")
+    try:
+        r = CallableReward("tests.rewards.hostile_module:reward", workers=1)
+        try:
+            assert RewardScorer([r]).score(["x"], [""], [{}]).total.tolist() == [1.0]
+        finally:
+            r.close()
+        assert "tests.rewards.hostile_module" not in sys.modules
+        assert not os.path.exists(path)
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
