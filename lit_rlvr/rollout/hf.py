@@ -1,7 +1,16 @@
-"""The Hugging Face rollout engine: batched ``model.generate`` with left padding (the default; runs on CPU).
+"""The Hugging Face rollout engine (the default; runs on CPU): batched decoding with left padding.
 
-The engine holds the training module's own model object, so it always samples from the
-current weights (LoRA adapter included) and ``sync_weights`` has nothing to do. Under FSDP2
+Two decoders (``decoder=``): "compact" (default, ``lit_rlvr.rollout.decode``: each distinct
+prompt prefilled once, finished rows leave the batch, pre-allocated KV cache) and "generate"
+(transformers' ``generate``: every row runs until the longest ends). Both decode the model that
+``rollout.gen_model.GenerationModel`` hands out: with LoRA and ``merge_lora`` (default) a copy
+with the adapter merged into its weights, re-merged whenever a trainable parameter changed; with
+``generation_dtype`` another dtype than the policy's, a cast copy; otherwise the policy itself.
+The training weights are never modified, and the trainer's log-probs come from its own forward.
+
+Hidden states (``return_hidden_states``) and FSDP2 always use ``generate`` on the policy itself,
+as described below. The engine then holds the training module's own model object, so it always
+samples from the current weights (LoRA adapter included). Under FSDP2
 (``lit_rlvr.sharding``) the same object is sharded: each layer's forward hook gathers its
 weights and frees them after, and the root's, which FSDP2 keeps for a backward, are freed
 when ``generate`` returns. Those gathers are collectives, so sharded ranks generate in lockstep:
