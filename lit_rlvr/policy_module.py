@@ -143,6 +143,9 @@ class PolicyModule(pl.LightningModule):
 
     def setup(self, stage: str) -> None:
         self.configure_model()
+        ranks_here = int(getattr(self._trainer, "num_devices", 1) or 1) if self._trainer is not None else 1
+        if ranks_here > 1:  # each rank on this machine has its own reward workers: they share the budget
+            log.info("reward sandbox: %s", apply_reward_sandbox(self.scorer.functions, self.reward_sandbox, ranks_here))
         if self._reference:
             self._reference[0].to(self.device)
 

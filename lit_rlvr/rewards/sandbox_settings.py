@@ -137,10 +137,11 @@ def read_roots(modules: Sequence[str], extra: Sequence[str], launch_dir: str) ->
     return sorted(p for p in readable if os.path.exists(p)), sorted(p for p in listable if os.path.isdir(p))
 
 
-def apply_reward_sandbox(functions: Sequence["RewardFunction"], settings: RewardSandbox) -> str:
+def apply_reward_sandbox(functions: Sequence["RewardFunction"], settings: RewardSandbox, processes: int = 1) -> str:
     """Share ``settings``' memory budget among the workers of ``functions``; returns a one-line summary.
 
-    Each sandboxed worker gets ``budget / total workers`` MB of address space;
+    ``processes``: trainer processes on this machine (ranks), each with its own workers. Each
+    sandboxed worker gets ``budget / (processes * workers per process)`` MB of address space;
     ``ValueError`` (naming the flags) when that is under ``MIN_WORKER_MB``.
     """
     callers = [c for f in functions for c in f.worker_callers() if c.limits is not None]
@@ -149,7 +150,7 @@ def apply_reward_sandbox(functions: Sequence["RewardFunction"], settings: Reward
     for c in callers:
         if settings.workers is not None and not c.workers_explicit:
             c.workers = settings.workers
-    total = sum(c.workers for c in callers)
+    total = sum(c.workers for c in callers) * max(1, processes)
     budget = settings.budget_mb()
     each = budget // total
     if each < MIN_WORKER_MB:
@@ -163,4 +164,5 @@ def apply_reward_sandbox(functions: Sequence["RewardFunction"], settings: Reward
     for c in callers:
         c.configure(address_space_mb=each, env=settings.env, read_paths=settings.read_paths,
                     strict=settings.strict, memory_note=note)
-    return f"{total} reward workers, {each} MB each of a {budget} MB budget (model.reward_sandbox.memory_mb)"
+    ranks = f" ({processes} ranks on this machine)" if processes > 1 else ""
+    return f"{total} reward workers{ranks}, {each} MB each of a {budget} MB budget (model.reward_sandbox.memory_mb)"

@@ -152,6 +152,8 @@ def test_one_memory_budget_for_all_workers_named_when_hit(caplog):
         scorer.close()
     with pytest.raises(ValueError, match="model.reward_sandbox.memory_mb=600 shared by 4 reward workers"):
         apply_reward_sandbox([r1, r2], RewardSandbox(memory_mb=600))
+    # two ranks on one machine: each has its own workers, all share the one budget
+    assert "8 reward workers (2 ranks on this machine), 256 MB each" in apply_reward_sandbox([r1, r2], RewardSandbox(memory_mb=2048), 2)
 
 
 def test_the_default_budget_is_half_the_machine():
