@@ -192,3 +192,11 @@ def test_a_resume_with_nothing_left_to_train_says_how_to_continue(two_runs):
                 cwd=work, ok=True)
     line = _last_line(done.stdout)
     assert "nothing trained" in line and "already at step 4" in line and "--trainer.max_steps" in line
+
+
+def test_a_reward_that_cannot_be_imported_ends_on_one_line(tmp_path):
+    # the module is imported in a sandboxed worker, never in the trainer; its error comes back as the last line
+    (tmp_path / "myreward.py").write_text("def score(completion, answer, metadata):\n    return 1.0\n")
+    rewards = '[{"class_path": "lit_rlvr.rewards.CallableReward", "init_args": {"fn": "myreward:scoer"}}]'
+    line = _fails_with("fit", "--config", TINY, "--trainer.max_steps=1", f"--model.rewards={rewards}", cwd=tmp_path)
+    assert "model.rewards[0]" in line and "cannot import 'myreward:scoer': 'myreward' has no attribute 'scoer'" in line

@@ -152,6 +152,10 @@ class TimeLimitedCaller:
             ``SandboxLimits`` with those limits; ``False`` runs them unconfined
             in the current directory with the trainer's environment (for
             trusted code that needs the network or credentials).
+        retire_after_call: kill each worker once it answered a call, so the
+            next call runs in a fresh process (for calls that run untrusted
+            code, e.g. ``CodeExecutionReward``: nothing one call does to the
+            worker can reach another call). The trainer decides, not the worker.
     """
 
     def __init__(
@@ -163,6 +167,7 @@ class TimeLimitedCaller:
         startup_timeout_s: float = 120.0,
         workers: Optional[int] = None,
         sandbox: Union[bool, SandboxLimits] = True,
+        retire_after_call: bool = False,
     ) -> None:
         if not (isinstance(fn, str) or callable(fn)):
             raise TypeError(f"fn must be an import path or a callable, got {type(fn).__name__}")
@@ -180,6 +185,7 @@ class TimeLimitedCaller:
         self.warmup = tuple(warmup) if warmup is not None else None
         self.startup_timeout_s = float(startup_timeout_s)
         self.workers = workers
+        self.retire_after_call = bool(retire_after_call)
         self.limits: Optional[SandboxLimits] = (
             sandbox if isinstance(sandbox, SandboxLimits) else SandboxLimits() if sandbox else None
         )
@@ -436,6 +442,11 @@ class TimeLimitedCaller:
             elif kind == "init_error":
                 self._kill(w)
                 self._start_error = f"reward worker failed to start: {body}"
+                if "PermissionError" in body or "Permission denied" in body:
+                    self._start_error += (
+                        " (the sandboxed worker reads only the Python installation, system libraries and the"
+                        " imported packages: add what it needs to model.reward_sandbox.read_paths)"
+                    )
                 self._fail(queue, results, self._start_error)
             else:
                 raise ProtocolError(f"a {kind!r} reply before the worker was ready")
@@ -445,7 +456,7 @@ class TimeLimitedCaller:
         value = body.value if body.ok else self._explain(body.error)
         results[w.item] = CallOutcome(body.ok, value, False)
         w.item = None
-        if body.retire:  # used half its CPU-seconds limit: replace it before the kernel kills it
+        if body.retire or self.retire_after_call:  # half its CPU-seconds used, or one call per worker
             self._kill(w)
 
     def _explain(self, error: str) -> str:
