@@ -1,5 +1,6 @@
-"""Prompt data: sources (reasoning-gym, Hugging Face datasets), the data module, validation metrics."""
+"""Prompt data: sources (reasoning-gym, Hugging Face datasets, HumanEval), the data module, validation metrics."""
 
+from lit_rlvr.data.code_sources import HumanEvalSource
 from lit_rlvr.data.datamodule import PromptDataModule
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.data.sources import (
@@ -16,6 +17,7 @@ __all__ = [
     "PromptRecord",
     "ReasoningGymSource",
     "HFDatasetSource",
+    "HumanEvalSource",
     "PassAtOne",
     "MeanAtK",
     "VAL_ID_OFFSET",

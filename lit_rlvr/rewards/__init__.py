@@ -1,4 +1,4 @@
-"""Reward functions: reasoning-gym verifiers, math-verify, callables, each under a hard time limit.
+"""Reward functions: reasoning-gym verifiers, math-verify, code execution, callables, each under a hard time limit.
 
 Configure them from YAML by class path, e.g.::
 
@@ -23,6 +23,7 @@ from lit_rlvr.rewards.base import (
     RewardTimeout,
 )
 from lit_rlvr.rewards.callable import CallableReward
+from lit_rlvr.rewards.code_exec import CodeExecutionReward
 from lit_rlvr.rewards.format import FormatReward
 from lit_rlvr.rewards.math_verify import MathVerifyReward, verify_math
 from lit_rlvr.rewards.reasoning_gym import ReasoningGymReward
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_ABS_REWARD",
     "CallOutcome",
     "CallableReward",
+    "CodeExecutionReward",
     "FormatReward",
     "MathVerifyReward",
     "ReasoningGymReward",
