@@ -4,6 +4,7 @@
     lit-rlvr fit --config configs/tiny.yaml --config configs/methods/greso.yaml
     lit-rlvr predict --config configs/g2d/harvest.yaml      # G2D harvest
     lit-rlvr fit --config configs/g2d/dpo.yaml              # G2D DPO
+    lit-rlvr report runs/tiny                               # would selection pay? (lit_rlvr.selection_report)
 
 ``model.class_path`` picks the module (any ``PolicyModule``: GRPOModule, the default when a
 config names none; ``lit_rlvr.dpo.DPOModule``; ``lit_rlvr.g2d.HarvestModule``) and
@@ -39,6 +40,7 @@ from lit_rlvr.config_checks import (
     parse_error_line, resolve_class_path,
 )
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
+from lit_rlvr.group_records import GroupRecorder
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.runs import place_run, resume_mismatch
 from lit_rlvr.summary import RunSummary
@@ -119,7 +121,9 @@ class LitRLVRCLI(LightningCLI):
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         callbacks = config.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-        kwargs["callbacks"] = callbacks + console_callbacks(config, callbacks) + [RunSummary()]
+        # every fit keeps its groups' records (groups.csv) for the selection report
+        records = [GroupRecorder()] if self.subcommand == "fit" else []
+        kwargs["callbacks"] = callbacks + console_callbacks(config, callbacks) + records + [RunSummary()]
         if self.subcommand == "fit":  # one version_N for this fit's loggers, checkpoints and export
             loggers = config.get("logger")
             loggers = list(loggers) if isinstance(loggers, (list, tuple)) else [loggers]
@@ -158,6 +162,11 @@ def _fail_if(message: Optional[str]) -> None:
 
 
 def main(args: Optional[list[str]] = None) -> None:
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["report"]:  # not a Trainer entry point, so not a LightningCLI subcommand
+        from lit_rlvr.selection_report import main as report
+
+        return report(argv[1:])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     show_lit_rlvr_logs()
     quiet_lightning()

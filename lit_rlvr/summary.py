@@ -8,6 +8,8 @@ version, ``lit_rlvr.runs``, and is plotted whole) and prints:
 - held-out accuracy (every ``val/*`` metric) before training and at the last evaluation;
 - rollouts generated and in the gradient (the cumulative counters, ``lit_rlvr.accounting``);
 - where the metrics, the checkpoint (``last.ckpt``), the exported policy and the plot are;
+- where the rollouts went (zero-variance groups, their persistence across visits) and which family of
+  selection methods would pay on this data (``lit_rlvr.selection_report``, from ``groups.csv``);
 - last, what to do when a resume had nothing left to train, or that the random ``tiny`` policy's 0.000 is expected.
 """
 
@@ -65,8 +67,19 @@ class RunSummary(pl.Callback):
                 plot = plot_run(rows, metrics_csv.parent / PLOT_NAME, title=_show(metrics_csv.parent))
             except Exception as e:  # a plot must never fail a finished run
                 log.warning("lit-rlvr: could not write the reward plot: %s", e)
-        lines = self.lines(trainer, pl_module, rows, plot, csv_logger is not None)
+        lines = self.lines(trainer, pl_module, rows, plot, csv_logger is not None) + self._selection(trainer, rows)
         print("\n".join(lines + self.last_word(trainer, pl_module, self.batches)), flush=True)
+
+    @staticmethod
+    def _selection(trainer: pl.Trainer, rows: list[dict[str, float]]) -> list[str]:
+        """Where the rollouts went and which selection family would pay (``lit_rlvr.selection_report``)."""
+        try:
+            from lit_rlvr.selection_report import end_of_fit_lines
+
+            return end_of_fit_lines(trainer, rows)
+        except Exception as e:  # a report must never fail a finished run
+            log.warning("lit-rlvr: could not summarise the run's groups: %s", e)
+            return []
 
     @staticmethod
     def _rows(trainer: pl.Trainer, metrics_csv: Optional[Path]) -> list[dict[str, float]]:

@@ -26,6 +26,7 @@ import lightning.pytorch as pl
 
 from lit_rlvr.bench.recorder import SelectionRecorder
 from lit_rlvr.callbacks.base import RolloutAllocator, RolloutFilter, RolloutPruner, SelectionCallback, TokenWeighter
+from lit_rlvr.group_records import GroupRecorder
 
 
 class Stopwatch:
@@ -106,9 +107,9 @@ class SelectionTimer(pl.Callback):
         if self._instrumented:
             return
         # the selectors, and the module's fixed-G allocator as the simulator times it; not the
-        # benchmark's own recorder (its bookkeeping is not a strategy's cost)
+        # benchmark's own recorders (their bookkeeping is not a strategy's cost)
         selectors = [cb for cb in trainer.callbacks
-                     if isinstance(cb, SelectionCallback) and not isinstance(cb, SelectionRecorder)]
+                     if isinstance(cb, SelectionCallback) and not isinstance(cb, (SelectionRecorder, GroupRecorder))]
         default = getattr(pl_module, "_default_allocator", None)
         instrument(selectors + ([default] if default is not None else []), trainer.datamodule, self.watch)
         self._instrumented = True

@@ -1,0 +1,375 @@
+"""Would selection pay on this data? A report from any run's own records (``groups.csv``, ``metrics.csv``).
+
+``lit-rlvr report <run folder>`` writes ``selection_report.md`` and ``selection_report.png`` into
+the run's version folder; the end-of-fit summary prints the same numbers in three lines
+(``summary_lines``). From the groups ``GroupRecorder`` kept (``lit_rlvr.group_records``):
+
+- the share of rollouts spent on zero-variance groups, all right and all wrong, per epoch;
+- the share spent on prompts that were zero-variance at their previous visit (what a
+  history-based selector such as GRESO could have skipped), and GRESO's two probabilities
+  over revisited prompts: P(zero-variance at the previous visit | zero-variance now) and
+  P(zero-variance now | zero-variance at the previous visit);
+- the hindsight oracle's rollouts to the run's final held-out accuracy as a ratio of the run's
+  (``lit_rlvr.bench.report.hindsight_oracle``): the run's curve placed at its cumulative
+  *effective* rollouts. Approximation for a plain GRPO run: zero-variance groups have zero
+  advantage, so an oracle that never generated them would have made the same updates up to
+  the loss normaliser (zero-advantage rows count in a token-mean's denominator) and the KL term;
+- one sentence naming the family of methods likely to help (``verdict``).
+
+Shares are of the rollouts in the records (the scored rollouts of each group; rollouts pruned
+during generation are not in them). A group is zero-variance by ``is_zero_variance`` of its
+reward spread; all right when every rollout is correct, else all wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from lit_rlvr.advantages import is_zero_variance
+from lit_rlvr.group_records import FILE_NAME, GroupRecord, GroupRecorder, read_groups
+from lit_rlvr.plot import Row, read_run, run_file
+
+__all__ = [
+    "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "EpochShares", "OracleRatio", "SelectionStats",
+    "main", "oracle_ratio", "selection_stats", "summary_lines", "verdict", "write_report",
+]
+
+MIN_ZERO_VARIANCE_SHARE = 0.10
+"""Below this share of rollouts in zero-variance groups, no selector has much to save: the most any
+of them can recover is that share, less than a selector's own cost and the batches it reshapes."""
+
+PERSISTENCE = 0.7
+"""P(zero-variance now | zero-variance at the previous visit) from which history-based skipping pays:
+a skip is then right at least 7 times in 10. At 0.5 it would drop as many groups with variance as it
+saves zero-variance ones, and a refill that looks at the rewards first wastes nothing on them."""
+
+MIN_REVISITS = 20
+"""Fewest groups with a previous visit of their prompt for the probabilities to decide anything
+(with 20, a probability's binomial standard error is at most 0.11)."""
+
+MIN_VARIANCE_SHARE = 0.10
+"""Below this share of rollouts in groups with reward variance, selection has almost nothing to choose
+from: every family would mostly generate, or hunt for, groups the policy cannot learn from."""
+
+HISTORY = "history-based pre-rollout selection (GRESO, MoPPS, DPS, LEEPS)"
+REFILL = "allocation/refill (Dynamic Sampling, SARA, VIGOR)"
+REPORT_MD, REPORT_PNG = "selection_report.md", "selection_report.png"
+
+
+def zero_variance(r: GroupRecord) -> bool:
+    return bool(is_zero_variance(r.reward_max - r.reward_min))
+
+
+def all_right(r: GroupRecord) -> bool:
+    return zero_variance(r) and r.correct >= r.n
+
+
+@dataclass
+class EpochShares:
+    """One epoch's rollouts and the shares of them by kind of group."""
+
+    epoch: Optional[int]
+    rollouts: int = 0
+    groups: int = 0
+    all_right: float = 0.0
+    all_wrong: float = 0.0
+    after_zero_variance: float = 0.0
+    """Share on prompts that were zero-variance at their previous visit."""
+
+
+@dataclass
+class SelectionStats:
+    """The run's selection statistics (shares are of all recorded rollouts)."""
+
+    rollouts: int = 0
+    groups: int = 0
+    all_right: float = 0.0
+    all_wrong: float = 0.0
+    after_zero_variance: float = 0.0
+    revisits: int = 0
+    """Groups whose prompt had a previous visit."""
+    zero_variance_now: int = 0
+    """Revisits that are zero-variance now."""
+    zero_variance_before: int = 0
+    """Revisits that were zero-variance at the previous visit."""
+    both: int = 0
+    """Revisits zero-variance now and at the previous visit."""
+    epochs: list[EpochShares] = field(default_factory=list)
+
+    @property
+    def zero_variance(self) -> float:
+        return self.all_right + self.all_wrong
+
+    @property
+    def p_before_given_now(self) -> float:
+        """P(zero-variance at the previous visit | zero-variance now), over revisits; NaN when none."""
+        return self.both / self.zero_variance_now if self.zero_variance_now else math.nan
+
+    @property
+    def p_now_given_before(self) -> float:
+        """P(zero-variance now | zero-variance at the previous visit), over revisits; NaN when none."""
+        return self.both / self.zero_variance_before if self.zero_variance_before else math.nan
+
+
+def selection_stats(records: Sequence[GroupRecord]) -> SelectionStats:
+    """Shares and persistence from ``records`` (in step order; a prompt's visits are its rows by step)."""
+    out = SelectionStats()
+    epochs: dict[Optional[int], list[int]] = {}  # epoch -> [rollouts, groups, right, wrong, after]
+    last: dict[int, bool] = {}  # prompt id -> zero-variance at its latest visit
+    for r in sorted(records, key=lambda r: r.step):
+        zv, prev = zero_variance(r), last.get(r.prompt_id)
+        e = epochs.setdefault(r.epoch, [0, 0, 0, 0, 0])
+        e[0] += r.n
+        e[1] += 1
+        if zv:
+            e[2 if all_right(r) else 3] += r.n
+        if prev is not None:
+            out.revisits += 1
+            out.zero_variance_now += zv
+            out.zero_variance_before += prev
+            out.both += zv and prev
+            if prev:
+                e[4] += r.n
+        last[r.prompt_id] = zv
+    total = sum(e[0] for e in epochs.values())
+    out.rollouts, out.groups = total, sum(e[1] for e in epochs.values())
+    if total:
+        out.all_right = sum(e[2] for e in epochs.values()) / total
+        out.all_wrong = sum(e[3] for e in epochs.values()) / total
+        out.after_zero_variance = sum(e[4] for e in epochs.values()) / total
+    for ep in sorted(epochs, key=lambda x: (x is None, x or 0)):
+        n, g, right, wrong, after = epochs[ep]
+        out.epochs.append(EpochShares(ep, n, g, right / n if n else 0.0, wrong / n if n else 0.0, after / n if n else 0.0))
+    return out
+
+
+@dataclass
+class OracleRatio:
+    """The hindsight oracle's rollouts over the run's, to ``target`` (the run's final accuracy) or over the whole run."""
+
+    ratio: float
+    run_rollouts: float
+    oracle_rollouts: float
+    target: float
+    metric: str
+    to_target: bool
+    """False: the ratio is over the whole run (the final accuracy was reached at the first evaluation or never measured)."""
+
+    def describe(self) -> str:
+        if math.isnan(self.ratio):
+            return "hindsight oracle: n/a (no rollouts counted)"
+        if self.oracle_rollouts == 0:
+            return "hindsight oracle: 0 rollouts (no group had reward variance)"
+        if self.to_target:
+            return f"hindsight oracle {self.ratio:.2f}x the rollouts to the final {self.metric} {self.target:.3f}"
+        return f"hindsight oracle {self.ratio:.2f}x the rollouts over the whole run (final accuracy no better than the first)"
+
+
+def _run_and_oracle(rows: list[Row]):
+    """(the run, its hindsight oracle, the accuracy metric) from metrics rows; None without cumulative counts."""
+    import pandas as pd
+
+    from lit_rlvr.bench.report.runs import CUM_EFF, CUM_GEN, Run, hindsight_oracle
+
+    df = pd.DataFrame(rows)
+    if "step" not in df or CUM_GEN not in df or CUM_EFF not in df:
+        return None
+    run = Run("run", "run", "0", df)
+    (oracle,) = hindsight_oracle([run], source="run")
+    vals = sorted((c for c in df.columns if c.startswith("val/")), key=lambda c: (c != "val/pass@1", c))
+    return run, oracle, vals[0] if vals else "val/pass@1"
+
+
+def oracle_ratio(rows: list[Row]) -> Optional[OracleRatio]:
+    """The hindsight oracle of this run (``hindsight_oracle``) against the run, from its metrics rows."""
+    from lit_rlvr.bench.report.numbers import accuracy_curve, rollouts_to_target
+    from lit_rlvr.bench.report.runs import CUM_EFF, CUM_GEN
+
+    found = _run_and_oracle(rows)
+    if found is None:
+        return None
+    run, oracle, metric = found
+    x, y, _ = accuracy_curve(run, metric)
+    if len(y):
+        target = float(y[-1])
+        run_to = rollouts_to_target(x, y, target)
+        ox, oy, _ = accuracy_curve(oracle, metric)
+        oracle_to = rollouts_to_target(ox, oy, target)
+        if run_to > 0:
+            return OracleRatio(oracle_to / run_to, run_to, oracle_to, target, metric, True)
+    g, e = float(run.column(CUM_GEN).iloc[-1]), float(run.column(CUM_EFF).iloc[-1])
+    return OracleRatio(e / g if g else math.nan, g, e, float(y[-1]) if len(y) else math.nan, metric, False)
+
+
+def verdict(s: SelectionStats) -> str:
+    """One sentence: which family of methods is likely to help here and which is not, with its numbers."""
+    zv = s.zero_variance
+    if s.rollouts == 0:
+        return "No groups were recorded, so there is nothing to judge selection on."
+    if zv < MIN_ZERO_VARIANCE_SHARE:
+        return (f"Selection is unlikely to pay here: only {zv:.0%} of rollouts went to zero-variance groups "
+                f"(under {MIN_ZERO_VARIANCE_SHARE:.0%}), so neither {HISTORY} nor {REFILL} has much to save.")
+    if 1.0 - zv < MIN_VARIANCE_SHARE:
+        return (f"Neither {HISTORY} nor {REFILL} is likely to help: only {1 - zv:.0%} of rollouts had reward variance "
+                f"(under {MIN_VARIANCE_SHARE:.0%}; {s.all_right:.0%} all right, {s.all_wrong:.0%} all wrong), so there "
+                "is almost nothing to select: the prompts suit the policy badly.")
+    if s.revisits < MIN_REVISITS or s.zero_variance_before == 0:
+        why = (f"only {s.revisits} groups revisited a prompt (it needs {MIN_REVISITS}; train longer)"
+               if s.revisits < MIN_REVISITS else "no revisit followed a zero-variance visit")
+        return (f"{REFILL[0].upper() + REFILL[1:]} is the family to try: {zv:.0%} of rollouts went to zero-variance "
+                f"groups; {HISTORY} cannot be judged from this run: {why}.")
+    p = s.p_now_given_before
+    if p >= PERSISTENCE:
+        return (f"{HISTORY[0].upper() + HISTORY[1:]} is likely to help: {zv:.0%} of rollouts went to zero-variance "
+                f"groups and zero variance persists (P(zero-variance now | at the previous visit) = {p:.2f} >= "
+                f"{PERSISTENCE}), with {s.after_zero_variance:.0%} of rollouts on prompts it could have skipped; "
+                f"{REFILL} would still generate those rollouts before discarding them.")
+    return (f"{REFILL[0].upper() + REFILL[1:]} is likely to help and {HISTORY} is not: {zv:.0%} of rollouts went to "
+            f"zero-variance groups, but zero variance is transient (P(zero-variance now | at the previous visit) = "
+            f"{p:.2f} < {PERSISTENCE}), so skipping by history would drop groups that have variance again.")
+
+
+def _p(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.2f}"
+
+
+def summary_lines(s: SelectionStats, oracle: Optional[OracleRatio], where: Optional[str] = None) -> list[str]:
+    """The three lines of the end-of-fit summary."""
+    odesc = oracle.describe() if oracle else "hindsight oracle: n/a (no cumulative rollout counts logged)"
+    return [
+        f"  zero-variance groups  {s.zero_variance:.0%} of {s.rollouts} rollouts ({s.all_right:.0%} all right, "
+        f"{s.all_wrong:.0%} all wrong); {s.after_zero_variance:.0%} on prompts zero-variance at their previous visit",
+        f"  persistence           P(zero-var before | now) {_p(s.p_before_given_now)}, P(now | before) "
+        f"{_p(s.p_now_given_before)} over {s.revisits} revisits; {odesc}",
+        f"  selection             {verdict(s)}" + (f" (page: lit-rlvr report {where})" if where else ""),
+    ]
+
+
+def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
+    """``summary_lines`` for a finished fit, from its ``GroupRecorder``'s file (none: no lines)."""
+    recorder = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, GroupRecorder)), None)
+    path = recorder.resolve_path(trainer) if recorder is not None else None
+    if path is None or not path.is_file():
+        return []
+    from lit_rlvr.summary import _show
+
+    return summary_lines(selection_stats(read_groups(path)), oracle_ratio(rows) if rows else None, _show(path.parent))
+
+
+# ------------------------------------------------------------------ the page and the plot
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, Path]:
+    """Write ``selection_report.md`` and ``.png`` into the run's version folder; returns their paths."""
+    folder = Path(run)
+    metrics = folder / "metrics.csv" if (folder / "metrics.csv").is_file() else run_file(run, version)
+    folder = metrics.parent
+    groups = folder / FILE_NAME
+    if not groups.is_file():
+        raise FileNotFoundError(f"no {FILE_NAME} in {folder}: runs of lit-rlvr fit keep it there (GroupRecorder)")
+    rows = read_run(metrics)
+    s, oracle = selection_stats(read_groups(groups)), oracle_ratio(rows)
+    png = _plot(s, rows, folder / REPORT_PNG)
+    lines = [
+        f"# Selection report: {folder}", "",
+        f"{s.rollouts} rollouts in {s.groups} groups over {len(s.epochs)} epoch(s). "
+        "Shares are of each epoch's rollouts.", "",
+        "| epoch | rollouts | groups | zero-variance, all right | zero-variance, all wrong | "
+        "on prompts zero-variance at their previous visit |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for e in s.epochs:
+        lines.append(f"| {'?' if e.epoch is None else e.epoch} | {e.rollouts} | {e.groups} | {_pct(e.all_right)} | "
+                     f"{_pct(e.all_wrong)} | {_pct(e.after_zero_variance)} |")
+    lines += [
+        f"| all | {s.rollouts} | {s.groups} | {_pct(s.all_right)} | {_pct(s.all_wrong)} | {_pct(s.after_zero_variance)} |",
+        "", "## Persistence of zero variance", "",
+        f"Over the {s.revisits} groups whose prompt had a previous visit: {s.zero_variance_now} are zero-variance now, "
+        f"{s.zero_variance_before} were at the previous visit, {s.both} both.", "",
+        f"- P(zero-variance at the previous visit | zero-variance now) = {_p(s.p_before_given_now)}: the share of "
+        "this visit's zero-variance groups a history-based selector could have seen coming.",
+        f"- P(zero-variance now | zero-variance at the previous visit) = {_p(s.p_now_given_before)}: how often "
+        "skipping such a prompt would have been right.", "",
+        "## Hindsight oracle", "",
+        (oracle.describe() + f" ({oracle.oracle_rollouts:.0f} against {oracle.run_rollouts:.0f}).") if oracle
+        else "n/a: the metrics have no cumulative rollout counts.", "",
+        "The oracle is this run's held-out curve placed at its cumulative effective rollouts (rollouts in groups "
+        "with reward variance): an oracle that never generated zero-variance groups makes the same updates, since "
+        "those groups have zero advantage, up to the loss normaliser (their rows count in a token-mean's "
+        "denominator) and the KL term.", "",
+        "## Verdict", "", verdict(s), "",
+        f"Thresholds (lit_rlvr.selection_report): MIN_ZERO_VARIANCE_SHARE = {MIN_ZERO_VARIANCE_SHARE}, "
+        f"MIN_VARIANCE_SHARE = {MIN_VARIANCE_SHARE}, PERSISTENCE = {PERSISTENCE}, MIN_REVISITS = {MIN_REVISITS}.", "",
+        f"![shares per epoch and accuracy against rollouts]({REPORT_PNG})", "",
+    ]
+    md = folder / REPORT_MD
+    md.write_text("\n".join(lines), encoding="utf-8")
+    return md, png
+
+
+def _plot(s: SelectionStats, rows: list[Row], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    labels = ["?" if e.epoch is None else str(e.epoch) for e in s.epochs]
+    right = [100 * e.all_right for e in s.epochs]
+    wrong = [100 * e.all_wrong for e in s.epochs]
+    a.bar(labels, right, color="#2ca02c", label="zero-variance, all right")
+    a.bar(labels, wrong, bottom=right, color="#d62728", label="zero-variance, all wrong")
+    a.plot(labels, [100 * e.after_zero_variance for e in s.epochs], "ko-", label="zero-variance at previous visit")
+    a.set(xlabel="epoch", ylabel="% of the epoch's rollouts", ylim=(0, 100), title="where the rollouts went")
+    a.legend(fontsize=8)
+    curve = _curves(rows)
+    if curve:
+        (x, y), (ox, oy), metric = curve
+        b.plot(x, y, "o-", color="#7f7f7f", label="this run")
+        b.plot(ox, oy, "s--", color="black", label="hindsight oracle")
+        b.set(xlabel="cumulative rollouts", ylabel=metric, title="held-out accuracy")
+        b.legend(fontsize=8)
+    else:
+        b.text(0.5, 0.5, "no held-out evaluations", ha="center", va="center", transform=b.transAxes)
+        b.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _curves(rows: list[Row]):
+    from lit_rlvr.bench.report.numbers import accuracy_curve
+
+    found = _run_and_oracle(rows)
+    if found is None or not any(k.startswith("val/") for r in rows for k in r):
+        return None
+    run, oracle, metric = found
+    x, y, _ = accuracy_curve(run, metric)
+    ox, oy, _ = accuracy_curve(oracle, metric)
+    return (x, y), (ox, oy), metric
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-rlvr report",
+        description="Write selection_report.md and selection_report.png into a run's version folder: where its "
+        "rollouts went, whether zero variance persisted across visits, and which selection family would pay.",
+    )
+    parser.add_argument("run", help="a run folder (runs/tiny), its CSVLogger folder or a version_N folder")
+    parser.add_argument("--version", type=int, default=None, help="report version_N (default: the latest)")
+    args = parser.parse_args(argv)
+    try:
+        md, png = write_report(args.run, args.version)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"lit-rlvr report: {e}") from None
+    print(f"wrote {md}\nwrote {png}")
+    print(verdict(selection_stats(read_groups(md.parent / FILE_NAME))))
