@@ -12,7 +12,7 @@ CSVLogger's version folder; else ``trainer.log_dir``) with the columns of ``COLU
 * ``reward_min``, ``reward_max``: the group's total rewards; zero-variance is
   ``is_zero_variance(reward_max - reward_min)``, the rule the advantages use.
 
-About 30 bytes a group: a run of 100k groups keeps 3 MB. The recorder changes nothing: it only
+Some 20 to 30 bytes a group. The recorder changes nothing: it only
 reads the scored batch, has no state (nothing in checkpoints) and no metrics. A resumed fit
 appends to its run's file; ``read_groups`` keeps the later rows of a step written twice.
 With several ranks every rank's groups are gathered (``gather_rows``) and rank 0 writes.
