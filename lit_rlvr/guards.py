@@ -1,4 +1,5 @@
 """Skip optimizer steps whose loss or gradient is not finite; stop after too many in a row.
+Likewise stop after too many steps in a row in which every call of one reward failed.
 
 A NaN or ±inf loss or gradient (a corrupted optimizer state, a too-high learning
 rate, an overflow) would otherwise be stepped into the weights and saved over the
@@ -79,3 +80,52 @@ class NonFiniteGuard:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.in_a_row = int(state.get("in_a_row", 0))
         self.total = int(state.get("total", 0))
+
+
+class RewardFailureError(RuntimeError):
+    """Every call of one reward function failed or timed out in too many steps in a row."""
+
+
+class RewardFailureGuard:
+    """Counts steps in a row in which every call of a reward function failed; stops at ``limit`` (all ranks together).
+
+    A broken verifier or a timeout_s too short for it scores every rollout 0: the run would go
+    on training on nothing, as slowly as the timeouts make it, and exit 0.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"model.max_failed_reward_steps must be an integer >= 1, got {limit!r}")
+        self.limit = limit
+        self.in_a_row: dict[str, int] = {}
+        """Per reward name: steps in a row in which every call of it failed or timed out."""
+
+    def check(self, module: Any, before: dict[str, tuple[int, int]]) -> None:
+        """Count this step from the scorer's counts ``before`` it (``RewardScorer.call_counts``); raise at the limit."""
+        scorer, now = module.scorer, module.scorer.call_counts()
+        names = list(now)
+        local = [float(now[n][i] - before.get(n, (0, 0))[i]) for n in names for i in (0, 1)]
+        summed = module._sum_over_ranks(local)
+        for k, name in enumerate(names):
+            calls, failed = summed[2 * k], summed[2 * k + 1]
+            if calls == 0:
+                continue  # no call this step (every prompt skipped): neither a failure nor a success
+            self.in_a_row[name] = self.in_a_row.get(name, 0) + 1 if failed >= calls else 0
+            if self.in_a_row[name] >= self.limit:
+                fn = next(f for f in scorer.functions if f.name == name)
+                last = scorer.last_failure.get(name) or "unknown"
+                timeout = getattr(fn, "timeout_s", None) if last.startswith("timed out") else None
+                raise RewardFailureError(
+                    f"reward {name!r} ({type(fn).__name__}) failed or timed out on every call for {self.in_a_row[name]} "
+                    f"steps in a row (up to step {module.steps_done + 1}; model.max_failed_reward_steps={self.limit}); "
+                    f"its last failure: {last}. Stopped before training on this step. Check the reward function "
+                    f"(call it by hand on a completion and its answer)"
+                    + (f", or raise its timeout_s (now {timeout:g} s): its calls time out" if timeout else "") + "."
+                )
+        log.debug("reward failure streaks: %s", self.in_a_row)
+
+    def state_dict(self) -> dict[str, dict[str, int]]:
+        return {"in_a_row": dict(self.in_a_row)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.in_a_row = {str(k): int(v) for k, v in state.get("in_a_row", {}).items()}

@@ -28,10 +28,11 @@ from lit_rlvr.callbacks.base import (
 )
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
 from lit_rlvr.data.lengths import check_prompt_lengths
-from lit_rlvr.guards import NonFiniteGuard
+from lit_rlvr.guards import NonFiniteGuard, RewardFailureGuard
 from lit_rlvr.losses import Normalizer, aggregate, clipped_surrogate, k3_kl, loss_sequences, overlong_penalty
 from lit_rlvr.policy import PolicyConfig
 from lit_rlvr.policy_module import PolicyModule
+from lit_rlvr.preemption import abandonable
 from lit_rlvr.prefix import shared_prompt_logprobs
 from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rewards.sandbox_settings import RewardSandbox
@@ -68,6 +69,9 @@ class GRPOModule(PolicyModule):
             so method configs can own that list.
         max_nonfinite_steps: stop with an error after this many optimizer steps in a row whose loss or
             gradient was NaN or ±inf (each is skipped and counted in train/nonfinite_steps).
+        max_failed_reward_steps: stop with an error, before training on it, at the Nth step in a row in
+            which every call of one reward function failed or timed out (a broken verifier or a too-short
+            timeout_s would otherwise train on all-zero rewards for the whole run).
         sharding: FSDP2 options (mixed precision, CPU offload), used under ModelParallelStrategy.
         reward_sandbox: one memory budget (``memory_mb``), ``workers``, passed environment variables and
             readable paths for all reward workers of the run (docs/security.md).
@@ -87,6 +91,7 @@ class GRPOModule(PolicyModule):
         export_merged: bool = False,
         checkpoint_every_n_steps: Optional[int] = 50,
         max_nonfinite_steps: int = 3,
+        max_failed_reward_steps: int = 3,
         sharding: ShardingSettings = ShardingSettings(),
         reward_sandbox: RewardSandbox = RewardSandbox(),
     ) -> None:
@@ -101,6 +106,7 @@ class GRPOModule(PolicyModule):
         """Training steps (pools consumed) so far: the data position, restored on resume."""
         self.totals = Totals()
         self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
+        self.reward_failures = RewardFailureGuard(max_failed_reward_steps)
         self._default_allocator = FixedGroupAllocator()
 
     # ------------------------------------------------------------------ set-up
@@ -138,8 +144,12 @@ class GRPOModule(PolicyModule):
     def training_step(self, pool: PromptPool, batch_idx: int) -> None:
         # 1. pre-rollout: Lightning has already run every PromptSelector's on_train_batch_start on `pool`.
         # 2-3. rollout + reward: rounds of batched generation, each scored, as the allocator plans.
-        batch, rollout_stats = self._rollout(pool)
-        batch = revise(self, batch, rollout_stats)  # 3b. revise: a GroupReviser may replace groups (OC-GRPO).
+        # Nothing is updated until stage 4, so a SIGTERM / Ctrl-C here abandons the step at once (preemption.py).
+        counts = self.scorer.call_counts()
+        with abandonable(self._trainer):
+            batch, rollout_stats = self._rollout(pool)
+            batch = revise(self, batch, rollout_stats)  # 3b. revise: a GroupReviser may replace groups (OC-GRPO).
+        self.reward_failures.check(self, counts)  # stops after too many steps whose calls of one reward all failed
         self._apply_overlong_penalty(batch)
         # 4. observe: every selector sees every scored rollout, kept or not.
         for selector in self._selectors(SelectionCallback):
@@ -369,7 +379,8 @@ class GRPOModule(PolicyModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)  # LoRA-only state dict and the RNG states
         checkpoint["lit_rlvr"].update(
-            steps_done=self.steps_done, totals=self.totals.state_dict(), nonfinite=self.nonfinite.state_dict()
+            steps_done=self.steps_done, totals=self.totals.state_dict(), nonfinite=self.nonfinite.state_dict(),
+            reward_failures=self.reward_failures.state_dict(),
         )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -378,3 +389,4 @@ class GRPOModule(PolicyModule):
         self.steps_done = int(state.get("steps_done", 0))
         self.totals.load_state_dict(state.get("totals", {}))
         self.nonfinite.load_state_dict(state.get("nonfinite", {}))
+        self.reward_failures.load_state_dict(state.get("reward_failures", {}))

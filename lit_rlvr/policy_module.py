@@ -35,7 +35,7 @@ from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.checkpointing import SafeCheckpoints
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
-from lit_rlvr.preemption import StopOnSignal
+from lit_rlvr.preemption import StopOnSignal, abandonable
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
 from lit_rlvr.rollout import SamplingConfig, build_engine
@@ -187,7 +187,8 @@ class PolicyModule(pl.LightningModule):
     # ------------------------------------------------------------------ validation
 
     def validation_step(self, pool: PromptPool, batch_idx: int) -> None:
-        greedy, sampled = self.correctness(pool, batch_idx)
+        with abandonable(self._trainer):  # updates nothing: a SIGTERM / Ctrl-C stops it at once (preemption.py)
+            greedy, sampled = self.correctness(pool, batch_idx)
         self.val_pass_at_1.update(greedy)
         self.log("val/pass@1", self.val_pass_at_1, batch_size=len(pool), prog_bar=True)
         if sampled is not None:
@@ -225,7 +226,8 @@ class PolicyModule(pl.LightningModule):
         for i, pool in enumerate(datamodule.val_dataloader()):
             if isinstance(limit, int) and i >= limit:
                 break
-            greedy, sampled = self.correctness(pool, i)
+            with abandonable(self.trainer):  # a SIGTERM / Ctrl-C stops at once: nothing is trained yet
+                greedy, sampled = self.correctness(pool, i)
             pass_at_1.update(greedy)
             if sampled is not None:
                 mean_at_k.update(sampled)

@@ -1,4 +1,7 @@
-"""SIGTERM (a scheduler's preemption) and Ctrl-C mid-fit: save a resumable checkpoint after the step, exit non-zero."""
+"""SIGTERM (a scheduler's preemption) and Ctrl-C mid-fit: save a resumable checkpoint, exit non-zero.
+
+A signal before or during the rollout abandons the step (the last completed one is saved); one after it
+lets the step finish and saves that. A hanging reward: tests/test_stop.py."""
 
 import glob
 import os
@@ -12,12 +15,13 @@ import torch
 from tests.test_module import PARITY, ROOT, TINY, _fit, _metrics
 
 
-def _interrupted_fit(workdir, signum: int, at_step: int, steps: int) -> subprocess.CompletedProcess:
-    """``python -m lit_rlvr.cli fit`` on the tiny config that receives ``signum`` while step ``at_step`` runs."""
+def _interrupted_fit(workdir, signum: int, at_step: int, steps: int, sender: str = "tests.helpers.SignalAtStep") -> subprocess.CompletedProcess:
+    """``python -m lit_rlvr.cli fit`` on the tiny config that receives ``signum`` while step ``at_step`` runs
+    (as it starts, or with ``tests.stop_helpers.SignalAfterRollout`` once its rollouts are scored)."""
     workdir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, f"--trainer.max_steps={steps}",
-           "--trainer.limit_val_batches=0", *PARITY, "--trainer.callbacks+=tests.helpers.SignalAtStep",
+           "--trainer.limit_val_batches=0", *PARITY, f"--trainer.callbacks+={sender}",
            f"--trainer.callbacks.step={at_step}", f"--trainer.callbacks.signum={signum}"]
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
 
@@ -28,9 +32,10 @@ def test_sigterm_mid_fit_saves_a_checkpoint_that_resumes_with_identical_metrics(
     assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
     first = str(tmp_path / "first" / "runs" / "tiny")
     (ckpt,) = glob.glob(os.path.join(first, "**", "last.ckpt"), recursive=True)
-    # the signal came during the third step (steps_done 2): that step finished, was logged and saved
-    assert torch.load(ckpt, weights_only=True)["global_step"] == 3
-    assert len(_metrics(first)) == 3
+    # the signal came as the third step (steps_done 2) started: that step was abandoned before its rollout,
+    # and the state after the second was saved
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 2
+    assert len(_metrics(first)) == 2
     resumed = _fit(tmp_path, "resumed", 6, ckpt=ckpt)
     a, b = _metrics(straight), _metrics(first) + _metrics(resumed)
     assert len(b) == 6
@@ -38,8 +43,8 @@ def test_sigterm_mid_fit_saves_a_checkpoint_that_resumes_with_identical_metrics(
         assert [float(r[key]) for r in a] == pytest.approx([float(r[key]) for r in b], rel=1e-4, abs=1e-6), key
 
 
-def test_ctrl_c_mid_fit_saves_after_the_step_and_exits_130(tmp_path):
-    done = _interrupted_fit(tmp_path / "run", signal.SIGINT, at_step=0, steps=4)
+def test_ctrl_c_after_the_rollout_saves_after_the_step_and_exits_130(tmp_path):
+    done = _interrupted_fit(tmp_path / "run", signal.SIGINT, at_step=0, steps=4, sender="tests.stop_helpers.SignalAfterRollout")
     assert done.returncode == 128 + signal.SIGINT, done.stderr[-3000:]
     (ckpt,) = glob.glob(str(tmp_path / "run" / "**" / "last.ckpt"), recursive=True)
     assert torch.load(ckpt, weights_only=True)["global_step"] == 1  # the tiny config checkpoints every 2 steps

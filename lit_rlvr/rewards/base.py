@@ -165,6 +165,14 @@ class RewardScorer:
         """Cumulative calls that raised or returned an unusable score, per function name."""
         self.timeout_counts: dict[str, int] = {f.name: 0 for f in functions}
         """Cumulative calls that timed out, per function name."""
+        self.calls: dict[str, int] = {f.name: 0 for f in functions}
+        """Cumulative calls made, per function name."""
+        self.last_failure: dict[str, str] = {f.name: "" for f in functions}
+        """The latest failure of each function, one line (for the message of ``guards.RewardFailureGuard``)."""
+
+    def call_counts(self) -> dict[str, tuple[int, int]]:
+        """Per function name: (calls made, calls that failed or timed out) so far."""
+        return {n: (self.calls[n], self.error_counts[n] + self.timeout_counts[n]) for n in self.names}
 
     @property
     def names(self) -> list[str]:
@@ -192,6 +200,7 @@ class RewardScorer:
             except Exception:  # a broken batch method: fall back to per-item calls
                 raw = RewardFunction.score_batch(fn, completions, answers, metadata)
             scores = torch.zeros(n, dtype=torch.float32)
+            self.calls[fn.name] += n
             for i, r in enumerate(raw):
                 if isinstance(r, RewardTimeout):
                     timeouts += 1
@@ -221,6 +230,7 @@ class RewardScorer:
 
     def _record(self, name: str, counts: dict[str, int], what: str, exc: BaseException) -> None:
         counts[name] += 1
+        self.last_failure[name] = f"{what}: {error_summary(exc)}"
         k = counts[name]
         if k <= self.log_first:
             log.warning("reward %r %s (scored 0): %s", name, what, error_summary(exc))
