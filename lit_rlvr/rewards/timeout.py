@@ -46,9 +46,6 @@ import logging
 import os
 import pickle
 import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -61,8 +58,9 @@ from lit_rlvr.rewards.output_relay import OutputRelay
 from lit_rlvr.rewards.protocol import ProtocolError, error_summary
 from lit_rlvr.rewards.sandbox import SandboxLimits, describe
 from lit_rlvr.rewards.sandbox_settings import default_workers, read_roots, worker_env
-from lit_rlvr.rewards.worker import check_import_path, module_of, resolve_callable
+from lit_rlvr.rewards.worker import import_path_of, module_of, resolve_callable
 from lit_rlvr.rewards.workdirs import new_workdir, remove_stale_workdirs
+from lit_rlvr.rewards.worker_process import WorkerProcess
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CallOutcome", "TimeLimitedCaller", "error_summary", "resolve_callable"]
 
@@ -75,7 +73,6 @@ DEFAULT_TIMEOUT_S = 10.0
 
 _LIVE_CALLERS: "weakref.WeakSet[TimeLimitedCaller]" = weakref.WeakSet()
 _SANDBOX_LOGGED = False
-_BOOT = "import sys; from lit_rlvr.rewards.worker import main; main(sys.argv[1:])"
 
 
 class CallOutcome(NamedTuple):
@@ -94,38 +91,6 @@ def _log_sandbox(report: Optional[dict]) -> None:
     if report is not None and not _SANDBOX_LOGGED:
         _SANDBOX_LOGGED = True
         (log.warning if report.get("missing") else log.info)("%s", describe(report))
-
-
-def _import_path(fn: FnSpec) -> str:
-    """``fn`` as ``module:qualname``; the worker imports it inside its sandbox."""
-    if isinstance(fn, str):
-        return check_import_path(fn)
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname:
-        raise ValueError(
-            f"fn {fn!r} cannot run in a reward worker: pass a module-level function or an import path "
-            "'package.module:function' (lambdas, closures and functions defined in __main__ cannot be "
-            "imported by a fresh interpreter)"
-        )
-    return f"{module}:{qualname}"
-
-
-class _Worker:
-    """One worker process, its pipes and what it is doing."""
-
-    def __init__(self, proc: subprocess.Popen, req: int, rep: int, workdir: Optional[str], deadline: float) -> None:
-        self.proc, self.req, self.rep, self.workdir = proc, req, rep, workdir
-        self.out: Optional[int] = proc.stdout.fileno() if proc.stdout is not None else None
-        """Read end of the worker's stdout/stderr; ``None`` once it reached EOF."""
-        self.reader = protocol.FrameReader(protocol.MAX_REPLY_BYTES)
-        self.ready = False
-        self.item: Optional[int] = None
-        """Index of the item in flight, if any."""
-        self.deadline = deadline
-        """Start-up deadline until ready; then the deadline of the item in flight."""
-
-    def fds(self) -> list[int]:
-        return [self.rep] + ([self.out] if self.out is not None else [])
 
 
 class TimeLimitedCaller:
@@ -171,7 +136,7 @@ class TimeLimitedCaller:
     ) -> None:
         if not (isinstance(fn, str) or callable(fn)):
             raise TypeError(f"fn must be an import path or a callable, got {type(fn).__name__}")
-        self.fn = _import_path(fn)
+        self.fn = import_path_of(fn)
         timeout_s = float(timeout_s)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -213,7 +178,7 @@ class TimeLimitedCaller:
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
-        self._slots: list[_Worker] = []
+        self._slots: list[WorkerProcess] = []
         self._pid = os.getpid()
         self._start_error: Optional[str] = None
         self._relay = OutputRelay(f"reward worker ({self.fn})")
@@ -258,7 +223,7 @@ class TimeLimitedCaller:
     @property
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers."""
-        return [w.proc.pid for w in list(self._slots) if w.proc.poll() is None]
+        return [w.proc.pid for w in list(self._slots) if w.alive]
 
     @property
     def worker_pid(self) -> int | None:
@@ -371,7 +336,7 @@ class TimeLimitedCaller:
                     self._kill(w)
                     self._fail(queue, results, f"reward worker was not ready within {self.startup_timeout_s:.0f} s")
 
-    def _wait(self, waiting: list[_Worker], queue: deque, results: list) -> None:
+    def _wait(self, waiting: list[WorkerProcess], queue: deque, results: list) -> None:
         """Wait (at most until the nearest deadline) and handle what the workers wrote."""
         timeout = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
         owner = {fd: w for w in waiting for fd in w.fds()}
@@ -380,11 +345,11 @@ class TimeLimitedCaller:
             if w not in self._slots:
                 continue
             if fd == w.out:
-                self._relay_output(w)
+                w.relay_output(self._relay)
             else:
                 self._read_replies(w, queue, results)
 
-    def _dispatch(self, w: _Worker, items: list, queue: deque, results: list, retried: set[int]) -> None:
+    def _dispatch(self, w: WorkerProcess, items: list, queue: deque, results: list, retried: set[int]) -> None:
         i = queue.popleft()
         args, kwargs = items[i]
         try:
@@ -404,7 +369,7 @@ class TimeLimitedCaller:
         else:
             w.item, w.deadline = i, time.monotonic() + self.timeout_s
 
-    def _read_replies(self, w: _Worker, queue: deque, results: list) -> None:
+    def _read_replies(self, w: WorkerProcess, queue: deque, results: list) -> None:
         try:
             data = os.read(w.rep, 65536)
         except BlockingIOError:
@@ -412,11 +377,8 @@ class TimeLimitedCaller:
         except OSError:
             data = b""
         if not data:  # the worker exited (or closed its reply pipe)
-            self._relay_output(w, final=True)
-            try:
-                code = w.proc.wait(1.0)
-            except subprocess.TimeoutExpired:
-                code = None
+            w.relay_output(self._relay, final=True)
+            code = w.exit_code()
             if w.item is not None:
                 results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
             was_ready = w.ready
@@ -432,7 +394,7 @@ class TimeLimitedCaller:
         except ProtocolError as e:
             self._protocol_error(w, str(e), queue, results)
 
-    def _handle(self, w: _Worker, kind: str, body: Any, queue: deque, results: list) -> None:
+    def _handle(self, w: WorkerProcess, kind: str, body: Any, queue: deque, results: list) -> None:
         """One decoded reply (``protocol.decode``) from ``w``."""
         if not w.ready:
             if kind == "ready":
@@ -466,7 +428,7 @@ class TimeLimitedCaller:
             return f"{error}: the reward worker's memory limit of {limit} MB was reached ({note})"
         return error
 
-    def _protocol_error(self, w: _Worker, what: str, queue: deque, results: list) -> None:
+    def _protocol_error(self, w: WorkerProcess, what: str, queue: deque, results: list) -> None:
         self.protocol_errors += 1
         message = f"reward worker {w.proc.pid} sent a malformed reply ({what}); it was killed"
         log.warning("%r: %s", self, message)
@@ -476,24 +438,6 @@ class TimeLimitedCaller:
         self._kill(w)
         if not was_ready:
             self._fail(queue, results, message)
-
-    def _relay_output(self, w: _Worker, final: bool = False) -> None:
-        if w.out is None:
-            return
-        while True:
-            try:
-                data = os.read(w.out, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._relay.flush(w.proc.pid)
-                w.out = None
-                return
-            self._relay.feed(w.proc.pid, data)
-            if not final:
-                return
 
     def _fail(self, queue: deque, results: list, error: str) -> None:
         """Every queued item fails with ``error`` (a worker could not start)."""
@@ -518,56 +462,22 @@ class TimeLimitedCaller:
         remove_stale_workdirs()
         workdir = new_workdir() if self.limits is not None else None
         env = worker_env(self.env_names, workdir) if workdir is not None else {**os.environ, **worker_env((), None)}
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(req_r), str(rep_w)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                pass_fds=(req_r, rep_w), cwd=workdir or self.cwd, env=env,
-            )
+            w = WorkerProcess.start(self._setup(workdir), env, workdir or self.cwd, time.monotonic() + self.startup_timeout_s)
         except Exception as e:
-            for fd in (req_w, rep_r):
-                os.close(fd)
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
             return f"reward worker failed to start: {e!r}"
-        finally:
-            os.close(req_r)  # the worker's ends: a dead worker shows up as EOF on ours
-            os.close(rep_w)
-        os.set_blocking(rep_r, False)
-        os.set_blocking(proc.stdout.fileno(), False)
         self.starts += 1
-        w = _Worker(proc, req_w, rep_r, workdir, time.monotonic() + self.startup_timeout_s)
         self._slots.append(w)
-        try:
-            protocol.write_all(req_w, protocol.frame(pickle.dumps(self._setup(workdir))))
-        except OSError:
-            pass  # it died at once: its reply pipe reports EOF
         return None
 
-    def _kill(self, w: _Worker) -> None:
-        """Kill ``w`` (SIGKILL: a sandboxed worker has nothing to flush) and remove its directory."""
+    def _kill(self, w: WorkerProcess) -> None:
+        """Kill ``w`` and remove its directory (only the process that started it can)."""
         if w in self._slots:
             self._slots.remove(w)
-        if self._pid != os.getpid():
-            return
-        try:
-            if w.proc.poll() is None:
-                w.proc.kill()
-            w.proc.wait(2.0)
-        except Exception:
-            pass
-        self._relay_output(w, final=True)
-        for f in (w.req, w.rep):
-            try:
-                os.close(f)
-            except OSError:
-                pass
-        if w.proc.stdout is not None:
-            w.proc.stdout.close()
-        if w.workdir is not None:
-            shutil.rmtree(w.workdir, ignore_errors=True)
+        if self._pid == os.getpid():
+            w.kill(self._relay)
 
     def _kill_all(self) -> None:
         for w in list(getattr(self, "_slots", [])):

@@ -108,6 +108,20 @@ def check_import_path(path: Any) -> str:
     return path
 
 
+def import_path_of(fn: Any) -> str:
+    """``fn`` (an import path or a module-level function) as ``module:qualname``, to import in a worker."""
+    if isinstance(fn, str):
+        return check_import_path(fn)
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        raise ValueError(
+            f"fn {fn!r} cannot run in a reward worker: pass a module-level function or an import path "
+            "'package.module:function' (lambdas, closures and functions defined in __main__ cannot be "
+            "imported by a fresh interpreter)"
+        )
+    return f"{module}:{qualname}"
+
+
 def _exit_when_orphaned(parent: int) -> None:
     """Exit once the trainer is gone (its pid is no longer our parent)."""
     while os.getppid() == parent:
