@@ -41,7 +41,7 @@ from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbo
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.loop import flatten, generate_for_eval
 from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, is_sharded, shard_policy, unsharded_for_export
-from lit_rlvr.types import PromptPool
+from lit_rlvr.types import Completion, PromptPool
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.settings import EvalSettings, OptimizerSettings, RolloutSettings
@@ -202,17 +202,26 @@ class PolicyModule(pl.LightningModule):
         """Correctness of one pool of prompts: greedy [P], and [P, k] over k samples if k > 0 and ``sampled``."""
         e = self.eval_settings
         max_new = e.max_new_tokens or self.rollout_settings.max_new_tokens
-        greedy = flatten(generate_for_eval(self.engine, self.tokenizer, pool, SamplingConfig(0.0, 1.0, max_new), 1))
-        result = self.scorer.score([c.text for c in greedy], pool.answers, pool.metadata)
-        greedy_correct = self._correct(result.components, len(greedy)).float()  # [P]
+        _, greedy_correct = self.sample_and_score(pool, SamplingConfig(0.0, 1.0, max_new), 1)  # [P]
         if e.num_samples <= 0 or not sampled:
             return greedy_correct, None
-        sampling = SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
-        sampled = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, e.num_samples))
-        answers = [a for a in pool.answers for _ in range(e.num_samples)]
-        metadata = [m for m in pool.metadata for _ in range(e.num_samples)]
-        result = self.scorer.score([c.text for c in sampled], answers, metadata)
-        return greedy_correct, self._correct(result.components, len(sampled)).float().view(len(pool), e.num_samples)
+        _, sampled_correct = self.sample_and_score(pool, self.eval_sampling(batch_idx), e.num_samples)
+        return greedy_correct, sampled_correct.view(len(pool), e.num_samples)
+
+    def eval_sampling(self, batch_idx: int = 0) -> SamplingConfig:
+        """Validation's sampled decoding (mean@k; ``lit_rlvr.arrol_vote``): its temperature, cap and seed."""
+        e = self.eval_settings
+        max_new = e.max_new_tokens or self.rollout_settings.max_new_tokens
+        return SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
+
+    @torch.no_grad()
+    def sample_and_score(self, pool: PromptPool, sampling: SamplingConfig, n: int) -> tuple[list[Completion], torch.Tensor]:
+        """n completions per prompt ([P·n], prompt-major) and their float correctness [P·n] (the accuracy reward)."""
+        completions = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, n))
+        answers = [a for a in pool.answers for _ in range(n)]
+        metadata = [m for m in pool.metadata for _ in range(n)]
+        result = self.scorer.score([c.text for c in completions], answers, metadata)
+        return completions, self._correct(result.components, len(completions)).float()
 
     def on_train_start(self) -> None:
         """With evaluation.before_training, log held-out accuracy at step 0 (Lightning's sanity check logs nothing)."""

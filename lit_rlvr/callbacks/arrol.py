@@ -37,8 +37,10 @@ What the paper leaves open, decided here (each a constructor argument where it m
   survivors of the same step generated after ``detect_tokens``.
 
 State (``state_dict``): the head's weights, optimizer and buffer; the calibration counts; the
-cumulative counters. Every rank trains on the same gathered rows from the same initial weights,
-so the head, the calibration and every pruning rule are identical on every rank and on resume.
+cumulative counters. Lightning saves it with every checkpoint; ``lit_rlvr.arrol_vote`` loads it to
+weight test-time votes by the head's calibrated p̂ (``vote_weights``). Every rank trains on the
+same gathered rows from the same initial weights, so the head, the calibration and every pruning
+rule are identical on every rank and on resume.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import torch
 
 from lit_rlvr.callbacks.base import PartialRollouts, RolloutAllocator, RolloutPruner, SelectionCallback, gather_rows, seeded_generator
 from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
-from lit_rlvr.types import RolloutBatch
+from lit_rlvr.types import Completion, RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
@@ -229,6 +231,17 @@ class ARRoL(RolloutPruner):
         done = partial.finished
         p_hat[done] = (partial.rewards[done] >= self.success_threshold).double()
         return features, raw, p_hat
+
+    def vote_weights(self, policy: Any, prompt_token_ids: list[list[int]], completions: list[Completion], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Test-time vote weights (``lit_rlvr.arrol_vote``): [n] raw head scores and [n] calibrated p̂ of each
+        candidate at its detection point, its first ``detect_tokens`` tokens (all of it when shorter: at test
+        time no reward is known, so a short candidate gets the head's p̂ at its last token, not its outcome)."""
+        from lit_rlvr.rollout.hidden import last_hidden_states
+
+        contexts = [p + c.token_ids[: self.detect_tokens] for p, c in zip(prompt_token_ids, completions)]
+        features = last_hidden_states(policy, contexts, pad_id, self.forward_batch_size)  # [n, H]
+        raw = self.head.predict(features)
+        return raw, self.calibrator(raw)
 
     def prune(self, partial: PartialRollouts) -> torch.Tensor:
         features, raw, p_hat = self.predictions(partial)
