@@ -89,16 +89,15 @@ HOSTILE = {
     "loop that swallows the deadline": "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass\n",
     "huge output": "while True:\n    print('x' * 10000)\n",
     "fork bomb": "import os\nwhile True:\n    os.fork()\n",
-    "socket": (
-        "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 22))\n"
-        "a, b = map(int, input().split())\nprint(a + b)\n"
-    ),
+    # These two would pass their tests (they answer correctly) if a socket or a child process could be made.
+    "socket": "import socket\nsocket.socket().close()\n" + ADD,
+    "one fork": "import os\nif os.fork() == 0:\n    os._exit(0)\n" + ADD,
 }
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_program_scores_zero_quickly_and_scoring_goes_on(reward, report, name):
-    if name in ("fork bomb", "socket") and not report["processes"]:
+    if name in ("fork bomb", "one fork", "socket") and not report["processes"]:
         pytest.xfail(f"processes and sockets are not restricted on this system: {report['missing']}")
     print_before, cwd = builtins.print, os.getcwd()
     res, elapsed = score(reward, [HOSTILE[name], ADD])
