@@ -27,12 +27,13 @@ __all__ = ["CodeExecutionReward", "extract_program", "run_tests", "EXTRACTION_MO
 
 EXTRACTION_MODES = ("fenced", "fenced_strict", "full")
 MODES = ("partial", "all")
-MAX_TESTS = 900
-"""Most tests per prompt: the worker answers one status letter per test in a reply of at most 1,000 characters."""
+MAX_TESTS = 110
+"""Most tests per prompt: the worker answers at most 9 characters per test in a reply of at most 1,000."""
 
 STATUS = {
-    "P": "passed",
-    "F": "wrong output or failed assertion",
+    "P": "passed (a ``code`` test)",
+    "=": "ran to the end (an ``input``/``output`` test): ``=`` and the digest of its stdout, checked by the trainer",
+    "F": "failed assertion",
     "E": "raised an exception",
     "C": "does not compile",
     "T": "over the per-test time limit",
@@ -40,7 +41,8 @@ STATUS = {
     "M": "over the memory limit",
     "S": "not run: the call's time budget was spent",
 }
-"""The letters ``run_tests`` answers, one per test."""
+"""What ``run_tests`` answers for each test."""
+_REPLY = re.compile(r"=[0-9a-f]{8}|[PFECTOMS]")
 
 _FENCE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
 
@@ -115,6 +117,13 @@ def _normalize(text: str) -> list[str]:
     return lines
 
 
+def output_digest(text: str) -> str:
+    """8 hex digits of the normalized output: the worker answers it, the trainer compares it with the expected one's."""
+    import hashlib
+
+    return hashlib.blake2b("\n".join(_normalize(text)).encode(), digest_size=4).hexdigest()
+
+
 def _run_one(code: Any, test: dict, per_test_s: float, max_output_chars: int) -> str:
     """Status letter of one test: the program (and the test's code) in a fresh namespace."""
     import builtins
@@ -140,7 +149,7 @@ def _run_one(code: Any, test: dict, per_test_s: float, max_output_chars: int) ->
             exec(compile(test["code"], "<test>", "exec"), namespace)
             status = "P"
         else:
-            status = "P" if _normalize(out.getvalue()) == _normalize(str(test.get("output", ""))) else "F"
+            status = "=" + output_digest(out.getvalue())
     except _Deadline:
         status = "T"
     except _OutputCap:
@@ -162,7 +171,11 @@ def _run_one(code: Any, test: dict, per_test_s: float, max_output_chars: int) ->
 def run_tests(
     program: str, tests: Sequence[dict], per_test_s: float, budget_s: float, max_output_chars: int, memory_mb: int
 ) -> str:
-    """One status letter per test (``STATUS``); runs in a reward worker, never in the trainer.
+    """One status per test (``STATUS``); runs in a reward worker, never in the trainer.
+
+    ``input``/``output`` tests arrive without their expected output: the worker
+    answers a digest of what the program printed, and the trainer compares, so a
+    program cannot read the expected output or forge a pass for these tests.
 
     Lowers the worker's ``RLIMIT_AS`` to ``memory_mb`` (soft and hard: the worker
     is retired after this call) and stops starting tests once ``budget_s`` has
@@ -228,8 +241,10 @@ class CodeExecutionReward(RewardFunction):
     Isolation: each call (one rollout) runs in its own worker process, killed by
     the trainer afterwards; tests of one rollout share that process, so a
     program can affect its own later tests (its own score) but no other
-    rollout's. Like every sandboxed reward, the program shares the worker with
-    the test runner, so a determined program can forge its own result
+    rollout's. ``input``/``output`` tests are checked in the trainer against a
+    digest of the program's stdout; the expected output never reaches the
+    worker, so a program cannot forge a pass. ``code`` tests run in the
+    program's process, so a determined program can forge those
     (``docs/security.md``, threat model).
 
     Args:
@@ -276,7 +291,7 @@ class CodeExecutionReward(RewardFunction):
         self._caller = TimeLimitedCaller(run_tests, self.timeout_s, workers=workers, retire_after_call=True)
 
     def _args(self, completion: str, metadata: dict[str, Any]) -> Optional[tuple]:
-        tests = _check_tests(metadata.get("tests"))
+        tests = [{"code": t["code"]} if "code" in t else {"input": t.get("input", "")} for t in _check_tests(metadata.get("tests"))]
         program = extract_program(completion, self.extraction)
         if program is None:
             return None
@@ -285,10 +300,15 @@ class CodeExecutionReward(RewardFunction):
         budget = 0.8 * self.timeout_s
         return (program, tests, self.per_test_timeout_s, budget, self.max_output_chars, self.memory_mb)
 
-    def _score_statuses(self, statuses: Any, n: int) -> float:
-        if not isinstance(statuses, str) or len(statuses) != n or set(statuses) - set(STATUS):
+    def _score_statuses(self, statuses: Any, tests: list[dict]) -> float:
+        n = len(tests)
+        answers = _REPLY.findall(statuses) if isinstance(statuses, str) else []
+        if "".join(answers) != statuses or len(answers) != n:
             raise ValueError(f"the test runner answered {statuses!r:.80} for {n} tests")
-        passed = statuses.count("P")
+        passed = sum(
+            a == "P" if "code" in t else a == "=" + output_digest(str(t.get("output", "")))  # compared here, in the trainer
+            for a, t in zip(answers, tests)
+        )
         return passed / n if self.mode == "partial" else float(passed == n)
 
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
@@ -299,6 +319,7 @@ class CodeExecutionReward(RewardFunction):
     ) -> list[float | BaseException]:
         out: list[Any] = [None] * len(completions)
         todo: list[int] = []
+        expected: list[list[dict]] = []
         args: list[tuple] = []
         for i, (c, m) in enumerate(zip(completions, metadata)):
             try:
@@ -311,14 +332,15 @@ class CodeExecutionReward(RewardFunction):
             else:
                 todo.append(i)
                 args.append(a)
+                expected.append(list(m["tests"]))
         outcomes = self._caller.call_many(args) if args else []
-        for i, a, r in zip(todo, args, outcomes_to_scores(outcomes, "running the program's tests", self.timeout_s,
+        for i, tests, r in zip(todo, expected, outcomes_to_scores(outcomes, "running the program's tests", self.timeout_s,
                                                            convert=lambda v: v)):
             if isinstance(r, BaseException):
                 out[i] = r
                 continue
             try:
-                out[i] = self._score_statuses(r, len(a[1]))
+                out[i] = self._score_statuses(r, tests)
             except ValueError as e:
                 out[i] = e
         return out

@@ -153,7 +153,7 @@ def test_one_rollouts_program_cannot_change_anothers_score(reward):
     one = CodeExecutionReward(per_test_timeout_s=0.5, workers=1)
     try:
         res, _ = score(one, [tamper, "print(0)", ADD])
-        assert res.total.tolist() == [1.0, 0.0, 1.0]  # the tamperer forges only its own score
+        assert res.total.tolist() == [0.0, 0.0, 1.0]  # outputs are compared in the trainer: not even its own
         assert one._caller.starts == 3  # one worker per rollout
     finally:
         one.close()
@@ -178,3 +178,13 @@ def test_humaneval_source_and_its_canonical_solutions():
         r.close()
     assert good == [1.0] * len(recs)
     assert all(isinstance(b, float) and b < 1.0 for b in bad)
+
+
+def test_the_expected_output_never_reaches_the_worker(reward):
+    # Looks up the test being run in its callers' frames and prints the expected output, if it is there.
+    snoop = (
+        "import sys\nf = sys._getframe()\nwhile f is not None and 'test' not in f.f_locals:\n    f = f.f_back\n"
+        "print(f.f_locals['test'].get('output', '') if f is not None else '')\n"
+    )
+    res, _ = score(reward, [snoop, ADD])
+    assert res.total.tolist() == [0.0, 1.0]
