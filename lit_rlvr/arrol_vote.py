@@ -16,7 +16,8 @@ correctness reward's own ``extraction`` mode. Reported, averaged over prompts:
 * ``pass@1``: the mean correctness of the k samples (validation's mean@k);
 * ``maj@k``: majority vote over the extracted answers (``lit_rlvr.voting``);
 * ``weighted@k``: the vote with each candidate weighted by its calibrated p̂;
-* ``pass@k`` (any of the k correct: the ceiling of any vote) and the head's AUC on the candidates.
+* ``pass@k`` (any of the k correct: the ceiling of any vote) and the AUC of the head's raw scores
+  and of the weights (calibrated p̂) against the candidates' correctness.
 
     python scripts/arrol_vote.py --ckpt runs/x/csv/version_0/checkpoints/last.ckpt \\
         --config runs/x/csv/version_0/config.yaml --k 8
@@ -146,7 +147,7 @@ def evaluate(module: Any, data: Any, arrol: Any, k: int, mode: str, max_batches:
         f"maj@{k}": sum(r["maj"] for r in records) / n,
         f"weighted@{k}": sum(r["weighted"] for r in records) / n,
         f"pass@{k}": sum(max(r["correct"]) for r in records) / n,
-        "head_auc": auc(raw, correct), "head_updates": arrol.head.updates,
+        "head_auc": auc(raw, correct), "weight_auc": auc(arrol.calibrator(raw), correct), "head_updates": arrol.head.updates,
         "mean_p_hat_correct": float(arrol.calibrator(raw)[correct > 0.5].mean()) if bool((correct > 0.5).any()) else float("nan"),
         "mean_p_hat_wrong": float(arrol.calibrator(raw)[correct <= 0.5].mean()) if bool((correct <= 0.5).any()) else float("nan"),
         "seconds": time.perf_counter() - t0, "per_prompt": records,
@@ -173,7 +174,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     k = args.k
-    print(f"{result['prompts']} prompts, k={k}, T={result['temperature']}, detect_tokens={result['detect_tokens']}, head AUC {result['head_auc']:.3f}")
+    print(f"{result['prompts']} prompts, k={k}, T={result['temperature']}, detect_tokens={result['detect_tokens']}, head AUC {result['head_auc']:.3f} (raw), {result['weight_auc']:.3f} (weights)")
     print(f"pass@1 {result['pass@1']:.4f}  maj@{k} {result[f'maj@{k}']:.4f}  weighted@{k} {result[f'weighted@{k}']:.4f}  (pass@{k} {result[f'pass@{k}']:.4f})")
     print(f"wrote {out}")
     return result

@@ -52,7 +52,7 @@ def test_script_votes_with_the_checkpointed_head(tmp_path):
     result = json.loads(out.read_text())
     assert "maj@4" in run.stdout and "weighted@4" in run.stdout
 
-    assert result["prompts"] == 8 and result["k"] == 4 and result["head_updates"] == 2
+    assert result["prompts"] == 8 and result["k"] == 4 and result["head_updates"] == 2 and "weight_auc" in result
     assert result["answer_mode"] == "last_number" and result["detect_tokens"] == 2  # tiny: round(8 / 4)
     # the weights are the checkpoint's calibrated probabilities: its buckets' posterior means, not 0.5
     calibrator = BucketCalibrator()
