@@ -119,23 +119,27 @@ class ReasoningGymSource(PromptSource):
     Each task is generated from one seeded reasoning-gym dataset: its first
     ``val_size`` entries are the validation split; the train split is filled with
     the following entries, skipping any whose question is already a validation
-    question, until it holds ``train_size`` entries (reasoning-gym draws entry
-    ``i`` from ``Random(seed + i)``, so the splits do not depend on the sizes
-    asked for beyond their length). Several tasks are concatenated task by task.
-    Metadata is the entry's reasoning-gym metadata (which names its
-    "source_dataset", so the reasoning-gym reward can score it) plus "question".
+    question (of any task) or a train question of an earlier task, until it holds
+    ``train_size`` entries (reasoning-gym draws entry ``i`` from ``Random(seed + i)``,
+    so the splits do not depend on the sizes asked for beyond their length).
+    Several tasks are concatenated task by task, so each task's share of the mix is
+    its ``train_size``. Metadata is the entry's reasoning-gym metadata (which names its
+    "source_dataset", so the reasoning-gym reward can score it) plus "question" and
+    "part" (the task's entry in ``tasks``, so evaluations can be split by part).
     Reference solutions come from the entry (``lit_rlvr.data.solutions``: gsm_symbolic's
     worked solution, basic_arithmetic/chain_sum's expression evaluated step by step).
 
     Args:
         tasks: a reasoning-gym dataset name, or a list of names to mix
-            (e.g. ``["basic_arithmetic", "chain_sum"]``).
+            (e.g. ``["basic_arithmetic", "chain_sum"]``). ``name@label`` is dataset
+            ``name`` under its own entry, so one dataset can be mixed with several
+            configs (``["basic_arithmetic@learn", "basic_arithmetic@easy"]``).
         task_config: keyword arguments for ``reasoning_gym.create_dataset``, either
             shared by all tasks (``{"min_digits": 1, "max_digits": 1}``) or keyed by
-            task name (``{"chain_sum": {"max_terms": 3}}``). ``size`` and ``seed`` are
+            task entry (``{"chain_sum": {"max_terms": 3}}``). ``size`` and ``seed`` are
             set by this source and may not appear here.
-        train_size: train prompts per task.
-        val_size: validation prompts per task.
+        train_size: train prompts per task, or a mapping from every task entry to its own.
+        val_size: validation prompts per task, or a mapping from every task entry to its own.
         seed: seed of every task's reasoning-gym dataset.
     """
 
@@ -143,8 +147,8 @@ class ReasoningGymSource(PromptSource):
         self,
         tasks: Union[list[str], str] = "basic_arithmetic",
         task_config: Optional[dict[str, Any]] = None,
-        train_size: int = 2000,
-        val_size: int = 128,
+        train_size: Union[int, dict[str, int]] = 2000,
+        val_size: Union[int, dict[str, int]] = 128,
         seed: int = 42,
     ) -> None:
         super().__init__()
@@ -157,22 +161,39 @@ class ReasoningGymSource(PromptSource):
         if len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"ReasoningGymSource: `tasks` lists a task twice: {self.tasks}")
         for t in self.tasks:
-            if t not in DATASETS:
+            if self.dataset_name(t) not in DATASETS:
                 raise ValueError(
-                    f"ReasoningGymSource: unknown task {t!r} in `tasks`; "
+                    f"ReasoningGymSource: unknown task {self.dataset_name(t)!r} in `tasks`; "
                     f"reasoning-gym has e.g. {sorted(DATASETS)[:8]} ... ({len(DATASETS)} tasks)"
                 )
-        if train_size < 1:
-            raise ValueError(f"ReasoningGymSource: `train_size` must be >= 1, got {train_size}")
-        if val_size < 0:
-            raise ValueError(f"ReasoningGymSource: `val_size` must be >= 0, got {val_size}")
+        self.train_sizes = self._per_task_size("train_size", train_size, 1)
+        self.val_sizes = self._per_task_size("val_size", val_size, 0)
         if seed < 0:
             raise ValueError(f"ReasoningGymSource: `seed` must be >= 0, got {seed}")
         self.task_config = dict(task_config or {})
-        self.train_size = int(train_size)
-        self.val_size = int(val_size)
+        self.train_size = train_size
+        self.val_size = val_size
         self.seed = int(seed)
         self._per_task = self._resolve_task_config()
+
+    @staticmethod
+    def dataset_name(task: str) -> str:
+        """The reasoning-gym dataset of a task entry: ``name`` of ``name@label``."""
+        return task.partition("@")[0]
+
+    def _per_task_size(self, name: str, size: Union[int, dict[str, int]], least: int) -> dict[str, int]:
+        """``size`` for every task entry: one number for all, or a mapping that names each entry."""
+        if isinstance(size, dict):
+            if set(size) != set(self.tasks):
+                raise ValueError(f"ReasoningGymSource: `{name}` as a mapping must name every task entry "
+                                 f"{self.tasks} and nothing else, got {sorted(size)}")
+            sizes = {t: int(size[t]) for t in self.tasks}
+        else:
+            sizes = {t: int(size) for t in self.tasks}
+        for t, n in sizes.items():
+            if n < least:
+                raise ValueError(f"ReasoningGymSource: `{name}` must be >= {least}, got {n} for {t!r}")
+        return sizes
 
     def _resolve_task_config(self) -> dict[str, dict[str, Any]]:
         cfg = self.task_config
@@ -202,29 +223,35 @@ class ReasoningGymSource(PromptSource):
     def _load_splits(self):
         import reasoning_gym
 
-        train: list[tuple[str, str, dict, str]] = []
+        datasets = {}
         val: list[tuple[str, str, dict, str]] = []
+        for task in self.tasks:  # every task's validation split first: no task trains on another's held-out
+            # entries scanned at most; entry i does not depend on the size, so a longer scan only extends
+            # a train split that would have come up short (a small question space, held-out questions of other parts)
+            cap = self.val_sizes[task] + 2 * self.train_sizes[task] + 256
+            datasets[task] = reasoning_gym.create_dataset(self.dataset_name(task), size=cap, seed=self.seed,
+                                                          **self._per_task[task])
+            val.extend(self._row(datasets[task][i], task, i) for i in range(self.val_sizes[task]))
+        taken = {row[0] for row in val}  # validation questions, then each task's train questions
+        train: list[tuple[str, str, dict, str]] = []
         for task in self.tasks:
-            cap = self.val_size + 2 * self.train_size  # entries scanned at most
-            ds = reasoning_gym.create_dataset(task, size=cap, seed=self.seed, **self._per_task[task])
-            task_val = [self._row(ds[i], task, i) for i in range(self.val_size)]
-            val_q = {row[0] for row in task_val}
+            ds, want = datasets[task], self.train_sizes[task]
             task_train = []
-            i = self.val_size
-            while len(task_train) < self.train_size and i < cap:
+            i = self.val_sizes[task]
+            while len(task_train) < want and i < len(ds):
                 row = self._row(ds[i], task, i)
-                if row[0] not in val_q:
+                if row[0] not in taken:
                     task_train.append(row)
                 i += 1
-            if len(task_train) < self.train_size:
+            if len(task_train) < want:
                 warnings.warn(
                     f"ReasoningGymSource: task {task!r} yielded only {len(task_train)} train prompts outside the "
-                    f"validation split after {cap} entries (asked for train_size={self.train_size}); "
+                    f"validation split after {len(ds)} entries (asked for train_size={want}); "
                     f"its question space is small for these settings",
                     stacklevel=2,
                 )
+            taken.update(row[0] for row in task_train)  # within a task duplicates stay (as before)
             train.extend(task_train)
-            val.extend(task_val)
         return train, val
 
     def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
@@ -235,6 +262,7 @@ class ReasoningGymSource(PromptSource):
     def _row(self, entry: dict[str, Any], task: str, index: int) -> tuple[str, str, dict, str]:
         meta = dict(entry.get("metadata") or {})
         meta["question"] = entry["question"]
+        meta["part"] = task
         origin = f"reasoning-gym task {task!r} (seed {self.seed}), source_index {index}"
         return entry["question"], str(entry["answer"]), meta, origin
 

@@ -49,9 +49,34 @@ def test_reasoning_gym_mixes_tasks_with_per_task_config():
     assert train[20].metadata == {
         "source_dataset": "chain_sum", "source_index": 4, "num_terms": 2, "num_digits": 1, "expression": "7 + 8",
         "difficulty": {"num_terms": (2, 2), "num_digits": (1, 1)},
-        "question": "State the final answer to the following arithmetic problem: 7 + 8 =",
+        "question": "State the final answer to the following arithmetic problem: 7 + 8 =", "part": "chain_sum",
     }
     assert not {r.question for r in train} & {r.question for r in val}
+
+
+def test_reasoning_gym_mixes_one_dataset_under_two_configs_with_sizes_per_part():
+    """``name@label`` entries: one dataset twice with its own config and sizes; no question in two places."""
+    easy = {**ONE_DIGIT, "operators": ["+"], "allow_parentheses": False, "allow_negation": False}
+    learn = {**easy, "max_digits": 2}
+    tasks = ["basic_arithmetic@learn", "products", "basic_arithmetic@easy"]
+    src = ReasoningGymSource(
+        tasks, task_config={"basic_arithmetic@learn": learn, "products": {"min_digits": 2, "max_digits": 3},
+                            "basic_arithmetic@easy": easy},
+        train_size={"basic_arithmetic@learn": 6, "products": 4, "basic_arithmetic@easy": 30},
+        val_size={"basic_arithmetic@learn": 5, "products": 3, "basic_arithmetic@easy": 40}, seed=42,
+    )
+    train, val = src.load("train"), src.load("validation")
+    assert [r.metadata["part"] for r in train] == ["basic_arithmetic@learn"] * 6 + ["products"] * 4 + ["basic_arithmetic@easy"] * 30
+    assert [r.metadata["part"] for r in val] == ["basic_arithmetic@learn"] * 5 + ["products"] * 3 + ["basic_arithmetic@easy"] * 40
+    assert {r.metadata["source_dataset"] for r in train} == {"basic_arithmetic", "products"}
+    assert all(" * " in r.question for r in train[6:10])  # products
+    easy_q = [r.question for r in train[10:]]
+    assert all(len(r.answer) <= 2 for r in train[10:])  # two one-digit terms: at most 18
+    # no train question of a part is a held-out question of any part, nor a train question of an earlier part
+    assert not {r.question for r in train} & {r.question for r in val}
+    assert not set(easy_q) & {r.question for r in train[:10]}
+    assert src.dropped_overlap == 0 and len(train) == 40
+    assert [r.id for r in train] == list(range(40))
 
 
 @pytest.mark.parametrize(
@@ -61,6 +86,11 @@ def test_reasoning_gym_mixes_tasks_with_per_task_config():
         ({"tasks": ["chain_sum", "chain_sum"]}, "twice"),
         ({"tasks": ["chain_sum"], "task_config": {"chain_sum": {}, "basic_arithmetic": {}}}, "basic_arithmetic"),
         ({"task_config": {"seed": 1}}, "seed"),
+        ({"tasks": ["basic_arithmetic@a", "basic_arithmetic@a"]}, "twice"),
+        ({"tasks": ["no_such_task@a"]}, "no_such_task"),
+        ({"tasks": ["chain_sum@a", "chain_sum@b"], "train_size": {"chain_sum@a": 4}}, "every task entry"),
+        ({"tasks": ["chain_sum@a"], "val_size": {"chain_sum@a": -1}}, "val_size"),
+        ({"train_size": 0}, "train_size"),
     ],
 )
 def test_reasoning_gym_rejects_bad_config(kwargs, match):
