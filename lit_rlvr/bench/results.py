@@ -95,7 +95,9 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
     def seconds_at(rollouts: float) -> float:
         return float(train_time[train_gen <= rollouts + 1e-9].sum())
     evals = []
+    # the mix's metrics, then any per-part ones (RolloutEval's <metric>/<part> on a mixed source)
     present = [m for m in EVAL_METRICS if m in df]
+    present += [c for c in df.columns if any(str(c).startswith(m + "/") for m in EVAL_METRICS)]
     for i in df.index[df[present].notna().any(axis=1)] if present else []:
         step = int(df.at[i, "step"])
         row = {"step": step, "rollouts": _num(cum_gen.at[i]), "train_seconds": round(seconds_at(float(cum_gen.at[i])), 3)}

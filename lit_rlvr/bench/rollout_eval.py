@@ -17,6 +17,9 @@ It logs two accuracies, each greedy pass@1 through the module's own evaluation p
   well before its held-out accuracy moves (docs/benchmarks.md, "Real model");
 - ``heldout_prompts/pass@1`` on the validation prompts.
 
+Where a prompt set's records carry more than one ``metadata["part"]`` (a ``ReasoningGymSource``
+mixing several task entries), it also logs ``<metric>/<part>`` for each part, over that part's prompts.
+
 Every rank evaluates the same prompts, so the logged values agree across ranks. A resumed run
 continues from its restored rollout count.
 """
@@ -82,6 +85,12 @@ class RolloutEval(pl.Callback):
                 greedy, _ = pl_module.correctness(pool, sampled=False)  # [P]
                 correct.append(greedy)
             out[METRICS[name]] = float(torch.cat(correct).mean()) if correct else float("nan")
+            parts = [(r.metadata or {}).get("part") for r in records]
+            if len(set(parts)) > 1 and None not in parts:  # a mix of parts: each part's own accuracy too
+                flat = torch.cat(correct)
+                for part in dict.fromkeys(parts):
+                    mask = torch.tensor([p == part for p in parts])
+                    out[f"{METRICS[name]}/{part}"] = float(flat[mask].mean())
         pl_module.train(was_training)
         return out
 

@@ -35,6 +35,14 @@ def test_summarize_run_reads_evals_groups_and_times():
     assert [e["train_seconds"] for e in res["evals"]] == [0.0, 3.5, 6.0]
 
 
+def test_summarize_run_keeps_per_part_accuracies():
+    df = _metrics()
+    df["heldout_prompts/pass@1/easy"] = [1.0, math.nan, 0.5, math.nan, 0.75]
+    res = summarize_run(df, "grpo", 0, SETTINGS, wall_seconds=1.0)
+    assert [e["heldout_prompts/pass@1/easy"] for e in res["evals"]] == [1.0, 0.5, 0.75]
+    assert [e["heldout_prompts/pass@1"] for e in res["evals"]] == [0.125, 0.25, 0.375]
+
+
 def test_train_seconds_do_not_depend_on_the_csv_row_order():
     # RolloutEval writes its row straight to the logger: in the CSV it can come before its step's training row
     df = _metrics()

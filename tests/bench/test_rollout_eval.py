@@ -54,6 +54,20 @@ def test_evaluates_the_first_train_limit_training_prompts_and_all_held_out_promp
     assert only_train == {METRICS["train"]: pytest.approx(0.5)}
 
 
+def test_a_mix_of_parts_is_also_evaluated_per_part():
+    val = [PromptRecord(id=i, question=f"q{i}", answer=str(i), metadata={"part": "a" if i < 104 else "b"})
+           for i in range(100, 110)]  # a: 100..103 (2 of 4 even), b: 104..109 (3 of 6 even)
+    dm = SimpleNamespace(train_records=_records(range(4)), val_records=val,
+                         collate_val=lambda recs: SimpleNamespace(ids=torch.tensor([r.id for r in recs])))
+    metrics = RolloutEval(batch_size=3).evaluate(SimpleNamespace(datamodule=dm), _Module())
+    assert metrics == {METRICS["train"]: pytest.approx(0.5), METRICS["val"]: pytest.approx(5 / 10),
+                       f"{METRICS['val']}/a": pytest.approx(2 / 4), f"{METRICS['val']}/b": pytest.approx(3 / 6)}
+    # one part only (or none): no per-part metrics
+    one = [PromptRecord(id=i, question="q", answer="1", metadata={"part": "a"}) for i in (100, 101)]
+    dm.val_records = one
+    assert set(RolloutEval(prompts=["val"]).evaluate(SimpleNamespace(datamodule=dm), _Module())) == {METRICS["val"]}
+
+
 @pytest.mark.parametrize("kwargs", [{"every_n_rollouts": 0}, {"prompts": []}, {"prompts": ["test"]},
                                     {"train_limit": 0}, {"batch_size": 0}])
 def test_rejects_bad_settings(kwargs):
