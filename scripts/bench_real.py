@@ -22,7 +22,10 @@ repeats the method's callbacks and appends ``SelectionTimer``,
 ``RolloutEval`` (greedy pass@1 on the training and held-out prompts every
 ``--eval-every-rollouts``), ``RolloutBudget`` (stops once the cumulative rollouts generated
 reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
-``SelectionRecorder`` (the heatmap's per-prompt decisions).
+``SelectionRecorder`` (the heatmap's per-prompt decisions). Every fit also keeps ``groups.csv``
+(``lit_rlvr.group_records.GroupRecorder``, added by ``lit-rlvr fit`` itself), which ``run`` copies
+beside the result file as ``<strategy>_seed<S>.groups.csv`` for ``lit-rlvr report`` and
+``scripts/regime_b_persistence.py``.
 
 ``run`` is resumable: every run that exits cleanly writes its result file
 ``<results>/<strategy>_seed<S>.json`` (``lit_rlvr.bench.results``: the evaluations' accuracies
@@ -241,6 +244,8 @@ def run(args) -> None:
             path = write_result(results, result)
             for sel in run_.selection_paths[:1]:  # the heatmap's input, committed beside the result file
                 shutil.copy(sel, selection_csv_path(results, strategy, seed))
+            for groups in sorted(rd.glob("csv/version_*/groups.csv"))[-1:]:  # the selection report's input
+                shutil.copy(groups, results / f"{strategy}_seed{seed}.groups.csv")
             print(f"{name}: wrote {path}", flush=True)
     print(f"all runs: {time.perf_counter() - t_all:.1f} s", flush=True)
     if failed:
