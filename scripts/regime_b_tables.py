@@ -1,0 +1,149 @@
+"""Tables of the Regime B benchmark (configs/bench/smollm2_mixed.yaml), per part of its training pool.
+
+Two subcommands, each printing markdown and, with ``--save``, writing JSON:
+
+    # per-part pass-rate histograms of probes (scripts/probe_task.py --config ... --n 0 --save ...)
+    python scripts/regime_b_tables.py probe docs/results/regime_b/probe_seed0.json [more probes]
+
+    # zero variance and its persistence across visits, per data epoch and per part, from a run's groups.csv
+    python scripts/regime_b_tables.py persistence docs/results/regime_b/smollm2_mixed/grpo_seed0.groups.csv
+
+A prompt's part is ``metadata["part"]`` of its training record (``ReasoningGymSource`` task entry),
+read from ``--config``'s data module, so train id i is record i. Persistence follows
+``lit_rlvr.selection_report`` (zero variance by ``is_zero_variance`` of the group's reward spread): a
+revisit is a group whose prompt was rolled out before; P(before | now) = P(zero-variance at the previous
+visit | zero-variance now), P(now | before) = P(zero-variance now | zero-variance at the previous visit),
+GRESO's two probabilities. Shares are of groups (under GRPO every group has G rollouts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "bench" / "smollm2_mixed.yaml"
+ALL = "all"
+
+
+def parts_of(config: str | Path) -> list[str]:
+    """The part of every training prompt, in id order."""
+    from lit_rlvr.bench.warmup import build_datamodule, load_config
+
+    return [r.metadata.get("part", "") for r in build_datamodule(load_config(config)).train_records]
+
+
+def short(part: str) -> str:
+    return part.partition("@")[2] or part
+
+
+def _fmt(x: float, digits: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+# ----------------------------------------------------------------------------- probe
+
+
+def probe(args) -> dict:
+    parts = parts_of(args.config)
+    out = {}
+    lines = []
+    for path in args.files:
+        d = json.loads(Path(path).read_text())
+        g = d["g"]
+        rates = [r["rate"] for r in d["rates"]]
+        if len(rates) != len(parts):
+            raise SystemExit(f"{path}: {len(rates)} prompts probed, the config has {len(parts)} (probe with --n 0)")
+        by: dict[str, list[float]] = defaultdict(list)
+        for part, rate in zip(parts, rates):
+            by[short(part)].append(rate)
+            by[ALL].append(rate)
+        res = {}
+        for name in [ALL] + [short(x) for x in dict.fromkeys(parts)]:
+            rs = by[name]
+            hist = Counter(round(r * g) for r in rs)
+            res[name] = {"prompts": len(rs), "mean_pass_rate": sum(rs) / len(rs),
+                         "all_wrong": sum(r == 0.0 for r in rs), "all_right": sum(r == 1.0 for r in rs),
+                         "zero_variance_share": sum(r in (0.0, 1.0) for r in rs) / len(rs),
+                         "histogram": [hist.get(k, 0) for k in range(g + 1)]}
+            lines.append(f"| {d['seed']} | {name} | {len(rs)} | {res[name]['mean_pass_rate']:.3f} | "
+                         f"{100 * res[name]['zero_variance_share']:.1f}% ({res[name]['all_wrong']} wrong, "
+                         f"{res[name]['all_right']} right) | " + " | ".join(map(str, res[name]["histogram"])) + " |")
+        out[Path(path).name] = {"seed": d["seed"], "g": g, "temperature": d["temperature"], "parts": res}
+    g = next(iter(out.values()))["g"] if out else 8
+    head = ("| sampling seed | part | prompts | mean pass rate | zero-variance groups | "
+            + " | ".join(f"{k}/{g}" for k in range(g + 1)) + " |\n|" + "---|" * (5 + g + 1))
+    print(head + "\n" + "\n".join(lines))
+    return out
+
+
+# ----------------------------------------------------------------------------- persistence
+
+
+def persistence(args) -> dict:
+    from lit_rlvr.group_records import read_groups
+    from lit_rlvr.selection_report import all_right, zero_variance
+
+    parts = parts_of(args.config)
+    records = sorted(read_groups(args.groups), key=lambda r: r.step)
+    cells: dict[tuple, Counter] = defaultdict(Counter)  # (epoch or ALL, part or ALL) -> counts
+    last: dict[int, bool] = {}
+    for r in records:
+        zv, prev = zero_variance(r), last.get(r.prompt_id)
+        part = short(parts[r.prompt_id]) if r.prompt_id < len(parts) else "?"
+        for key in [(r.epoch, ALL), (r.epoch, part), (ALL, ALL), (ALL, part)]:
+            c = cells[key]
+            c["groups"] += 1
+            c["zero_variance"] += zv
+            c["all_right"] += zv and all_right(r)
+            if prev is not None:
+                c["revisits"] += 1
+                c["zv_now"] += zv
+                c["zv_before"] += prev
+                c["both"] += zv and prev
+        last[r.prompt_id] = zv
+    rows = []
+    for (epoch, part), c in cells.items():
+        rows.append({
+            "epoch": epoch, "part": part, "groups": c["groups"], "zero_variance_share": c["zero_variance"] / c["groups"],
+            "all_right_share": c["all_right"] / c["groups"], "revisits": c["revisits"],
+            "zv_now": c["zv_now"], "zv_before": c["zv_before"], "both": c["both"],
+            "p_before_given_now": c["both"] / c["zv_now"] if c["zv_now"] else None,
+            "p_now_given_before": c["both"] / c["zv_before"] if c["zv_before"] else None,
+        })
+    order = [ALL] + sorted({short(p) for p in parts}, key=lambda p: [short(x) for x in dict.fromkeys(parts)].index(p))
+    rows.sort(key=lambda x: (x["epoch"] == ALL, x["epoch"] if x["epoch"] != ALL else 0,
+                             order.index(x["part"]) if x["part"] in order else 99))
+    print("| epoch | part | groups | zero-variance | of them all right | revisits | P(zv before \\| zv now) | "
+          "P(zv now \\| zv before) |\n|---|---|---:|---:|---:|---:|---:|---:|")
+    for x in rows:
+        pb = f"{_fmt(x['p_before_given_now'])} ({x['both']}/{x['zv_now']})" if x["revisits"] else "–"
+        pn = f"{_fmt(x['p_now_given_before'])} ({x['both']}/{x['zv_before']})" if x["revisits"] else "–"
+        right = f"{x['all_right_share'] / x['zero_variance_share']:.0%}" if x["zero_variance_share"] else "–"
+        print(f"| {x['epoch']} | {x['part']} | {x['groups']} | {x['zero_variance_share']:.1%} | {right} | "
+              f"{x['revisits']} | {pb} | {pn} |")
+    return {"groups_csv": str(args.groups), "rows": rows}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=str(CONFIG), help="the benchmark config whose training prompts carry the parts")
+    p.add_argument("--save", default=None, help="write the numbers as JSON here")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("probe", help="per-part histograms of probe JSONs")
+    a.add_argument("files", nargs="+")
+    b = sub.add_parser("persistence", help="zero variance and persistence per epoch and part from a groups.csv")
+    b.add_argument("groups")
+    args = p.parse_args(argv)
+    out = {"probe": probe, "persistence": persistence}[args.cmd](args)
+    if args.save:
+        Path(args.save).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"wrote {args.save}")
+
+
+if __name__ == "__main__":
+    main()
