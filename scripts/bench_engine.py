@@ -23,7 +23,6 @@ linear layers could reach), what the merged copy costs against peft's in-place m
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import platform
