@@ -5,7 +5,8 @@ prompt prefilled once, finished rows leave the batch, pre-allocated KV cache) an
 (transformers' ``generate``: every row runs until the longest ends). Both decode the model that
 ``rollout.gen_model.GenerationModel`` hands out: with LoRA and ``merge_lora`` (default) a copy
 with the adapter merged into its weights, re-merged whenever a trainable parameter changed; with
-``generation_dtype`` another dtype than the policy's, a cast copy; otherwise the policy itself.
+``generation_dtype`` another dtype than the policy's, a cast copy; otherwise the policy itself
+(``merge_lora`` defaults to merging on the CPU only).
 The training weights are never modified, and the trainer's log-probs come from its own forward.
 
 Hidden states (``return_hidden_states``) and FSDP2 always use ``generate`` on the policy itself,
@@ -169,7 +170,9 @@ class HFEngine:
             policy's), "float32", "bfloat16" or "float16". Another dtype than the policy's decodes a
             cast copy, and the log-probs returned are that copy's (docs/performance.md).
         merge_lora: decode a copy with the LoRA adapter merged into its weights (refreshed when the
-            adapter changes) instead of the policy's unmerged LoRA layers.
+            adapter changes) instead of the policy's unmerged LoRA layers. None (default): merge
+            when the policy is on the CPU (the copy costs the base weights' memory once more,
+            which on an accelerator is better left to the KV cache and activations).
         decoder: "compact" (default: ``lit_rlvr.rollout.decode``, finished rows leave the batch,
             pre-allocated KV cache) or "generate" (transformers' ``generate``, the earlier path).
     """
@@ -181,7 +184,7 @@ class HFEngine:
         max_batch_size: int = 64,
         stop_token_ids: Sequence[int] | None = None,
         generation_dtype: str | None = None,
-        merge_lora: bool = True,
+        merge_lora: bool | None = None,
         decoder: str = "compact",
     ) -> None:
         if max_batch_size < 1:
@@ -229,7 +232,8 @@ class HFEngine:
             dtype = resolve_generation_dtype(
                 self.generation_dtype, next(self.model.parameters()).dtype, self.device
             )
-            self._gen = GenerationModel(self.model, self.merge_lora, dtype)
+            merge = self.merge_lora if self.merge_lora is not None else self.device.type == "cpu"
+            self._gen = GenerationModel(self.model, merge, dtype)
         return self._gen.model()
 
     def _fast_path(self, sampling: SamplingConfig, lockstep: bool) -> bool:

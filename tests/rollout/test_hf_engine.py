@@ -258,6 +258,7 @@ def test_merged_copy_follows_updates_without_sync_and_a_disabled_adapter(prompts
     model(torch.tensor([prompts[0]])).logits.sum().backward()
     opt.step()  # in-place update: the engine sees the version counters move
     second = engine.generate(request, GREEDY)[0][0]
+    assert engine._gen.merge and engine._gen.needs_copy  # the default merges on the CPU
     assert second.logprobs != first.logprobs
     ref = _forward_logprobs(model, prompts[0], second.token_ids)
     torch.testing.assert_close(torch.tensor(second.logprobs), ref, atol=1e-5, rtol=0)
