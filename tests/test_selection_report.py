@@ -96,6 +96,15 @@ def test_oracle_ratio_by_hand():
     assert not o.to_target and o.ratio == pytest.approx(0.3125) and "whole run" in o.describe()
 
 
+def test_oracle_ratio_reads_rollout_evals_held_out_accuracy_without_validation():
+    # a bench_real.py cell: no val/ metrics, RolloutEval's heldout_prompts/pass@1 rows instead
+    rows = [{"step": 0.0, "heldout_prompts/pass@1": 0.1}, _train(0, 16, 8), _train(1, 32, 12),
+            {"step": 1.0, "heldout_prompts/pass@1": 0.3}, _train(2, 48, 16), _train(3, 64, 20),
+            {"step": 3.0, "heldout_prompts/pass@1": 0.5}]
+    o = oracle_ratio(rows)
+    assert o.metric == "heldout_prompts/pass@1" and o.to_target and o.ratio == pytest.approx(0.3125)
+
+
 def test_a_resumed_step_replaces_the_rows_it_repeats(tmp_path):
     path = tmp_path / "groups.csv"
     path.write_text("step,epoch,prompt_id,n,correct,reward_min,reward_max\n"
