@@ -140,6 +140,10 @@ def method_config_notices(config_files: Sequence[Any]) -> tuple[list[str], Optio
             continue
         if owner is not None and owner[1] != callbacks:
             earlier, before = owner
+            if callbacks[: len(before)] == before:  # repeats the earlier list and appends (bench_real.py's budget.yaml)
+                notices.append(f"{path} repeats trainer.callbacks of {earlier} and adds {_names(callbacks[len(before):])}")
+                owner = (str(path), callbacks)
+                continue
             both = _allocators(before), _allocators(callbacks)
             if all(both):
                 return notices, (
