@@ -130,11 +130,14 @@ def policy_logprobs(model: torch.nn.Module, t: TrainingTensors, temperature: flo
     from lit_rlvr.losses import token_logprobs
 
     L = t.completion_len
+    T = t.input_ids.shape[1]
     out = model(
         input_ids=t.input_ids,
         attention_mask=t.attention_mask,
         position_ids=t.position_ids,
-        logits_to_keep=L + 1,
+        # the last L+1 positions by index, not as an int: transformers slices hidden states with an int,
+        # and the LM head on that strided view is several times slower on CPU (docs/performance.md)
+        logits_to_keep=torch.arange(T - L - 1, T, device=t.input_ids.device),
         use_cache=False,
     )
     logits = out.logits[:, :-1, :]  # [N, L, V]: position P+j−1 predicts completion token j

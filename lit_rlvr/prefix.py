@@ -50,7 +50,7 @@ def shared_prompt_logprobs(model: torch.nn.Module, t: TrainingTensors, temperatu
         attention_mask=t.attention_mask[first, :P],
         position_ids=t.position_ids[first, :P],
         use_cache=True,
-        logits_to_keep=1,
+        logits_to_keep=torch.tensor([P - 1], device=t.input_ids.device),  # by index: see collate.policy_logprobs
     )
     cache = getattr(prompt, name)
     cache.batch_select_indices(group)  # per-layer keys/values [k, H, P, D] -> [N, H, P, D] (differentiable gather)
