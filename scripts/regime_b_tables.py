@@ -6,7 +6,11 @@ Two subcommands, each printing markdown and, with ``--save``, writing JSON:
     python scripts/regime_b_tables.py probe docs/results/regime_b/probe_seed0.json [more probes]
 
     # zero variance and its persistence across visits, per data epoch and per part, from a run's groups.csv
-    python scripts/regime_b_tables.py persistence docs/results/regime_b/smollm2_mixed/grpo_seed0.groups.csv
+    python scripts/regime_b_tables.py persistence docs/results/bench_real/smollm2_mixed/grpo_seed0.groups.csv
+
+    # the same from a SelectionRecorder file (cells that predate groups.csv), e.g. the smollm2.yaml grid
+    python scripts/regime_b_tables.py --config configs/bench/smollm2.yaml persistence \
+        docs/results/bench_real/smollm2/grpo_seed0.selection.csv
 
 A prompt's part is ``metadata["part"]`` of its training record (``ReasoningGymSource`` task entry),
 read from ``--config``'s data module, so train id i is record i. Persistence follows
@@ -83,12 +87,33 @@ def probe(args) -> dict:
 # ----------------------------------------------------------------------------- persistence
 
 
+def from_selection(path: str | Path, g: int = 8) -> list:
+    """Group records from a SelectionRecorder file (cells that ran before groups.csv existed): a rolled-out
+    prompt is easy (all right), hard (all wrong) or effective (mixed); skipped and unused prompts are left out.
+    Enough for zero variance and persistence; the correct counts of mixed groups are not known (set to 1)."""
+    import csv
+
+    from lit_rlvr.group_records import GroupRecord
+
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            st = row["status"]
+            if st not in ("easy", "hard", "effective"):
+                continue
+            correct = {"easy": g, "hard": 0, "effective": 1}[st]
+            out.append(GroupRecord(int(row["step"]), int(row["epoch"]), int(row["prompt_id"]), g, correct,
+                                   0.0 if st != "easy" else 1.0, 1.0 if st != "hard" else 0.0))
+    return out
+
+
 def persistence(args) -> dict:
     from lit_rlvr.group_records import read_groups
     from lit_rlvr.selection_report import all_right, zero_variance
 
     parts = parts_of(args.config)
-    records = sorted(read_groups(args.groups), key=lambda r: r.step)
+    records = sorted(read_groups(args.groups) if not str(args.groups).endswith(".selection.csv")
+                     else from_selection(args.groups), key=lambda r: r.step)
     cells: dict[tuple, Counter] = defaultdict(Counter)  # (epoch or ALL, part or ALL) -> counts
     last: dict[int, bool] = {}
     for r in records:
@@ -135,7 +160,8 @@ def main(argv=None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("probe", help="per-part histograms of probe JSONs")
     a.add_argument("files", nargs="+")
-    b = sub.add_parser("persistence", help="zero variance and persistence per epoch and part from a groups.csv")
+    b = sub.add_parser("persistence", help="zero variance and persistence per epoch and part from a groups.csv "
+                       "(or a SelectionRecorder .selection.csv)")
     b.add_argument("groups")
     args = p.parse_args(argv)
     out = {"probe": probe, "persistence": persistence}[args.cmd](args)
