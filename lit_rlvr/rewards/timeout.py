@@ -60,7 +60,7 @@ from lit_rlvr.rewards.sandbox import SandboxLimits, describe
 from lit_rlvr.rewards.sandbox_settings import default_workers, read_roots, worker_env
 from lit_rlvr.rewards.worker import import_path_of, module_of, resolve_callable
 from lit_rlvr.rewards.workdirs import new_workdir, remove_stale_workdirs
-from lit_rlvr.rewards.worker_process import WorkerProcess
+from lit_rlvr.rewards.worker_process import WorkerProcess, read_available
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CallOutcome", "TimeLimitedCaller", "error_summary", "resolve_callable"]
 
@@ -370,12 +370,9 @@ class TimeLimitedCaller:
             w.item, w.deadline = i, time.monotonic() + self.timeout_s
 
     def _read_replies(self, w: WorkerProcess, queue: deque, results: list) -> None:
-        try:
-            data = os.read(w.rep, 65536)
-        except BlockingIOError:
+        data = read_available(w.rep)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:  # the worker exited (or closed its reply pipe)
             w.relay_output(self._relay, final=True)
             code = w.exit_code()

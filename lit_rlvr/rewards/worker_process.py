@@ -23,6 +23,16 @@ from lit_rlvr.rewards.output_relay import OutputRelay
 _BOOT = "import sys; from lit_rlvr.rewards.worker import main; main(sys.argv[1:])"
 
 
+def read_available(fd: int) -> Optional[bytes]:
+    """What a non-blocking pipe holds now: ``None`` when nothing (yet), ``b""`` at EOF or on an error."""
+    try:
+        return os.read(fd, 65536)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
 class WorkerProcess:
     """A started worker, its pipes and what it is doing."""
 
@@ -82,12 +92,9 @@ class WorkerProcess:
     def relay_output(self, relay: OutputRelay, final: bool = False) -> None:
         """Pass what the worker printed to ``relay``: one read, or (``final``) all there is."""
         while self.out is not None:
-            try:
-                data = os.read(self.out, 65536)
-            except BlockingIOError:
+            data = read_available(self.out)
+            if data is None:
                 return
-            except OSError:
-                data = b""
             if not data:
                 relay.flush(self.proc.pid)
                 self.out = None
