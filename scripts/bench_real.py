@@ -261,10 +261,12 @@ def report(args) -> None:
     results = _results(args)
     out = Path(args.out) / "report_results"
     img = ROOT / "docs" / "img" if args.copy_png else None
-    summary = make_results_report(results, out, args.heldout_target, "heldout_prompts/pass@1", args.strategies,
+    if args.metric != "heldout_prompts/pass@1":  # a per-part table: its own folder, no PNGs over the main ones
+        out, img = out / args.metric.replace("/", "_").replace("@", "_"), None
+    summary = make_results_report(results, out, args.heldout_target, args.metric, args.strategies,
                                   args.seeds, img_dir=img, img_prefix=f"{Path(args.config).stem}_")
     print(f"## grid ({results})\n{summary['grid']}")
-    print("## heldout_prompts/pass@1\n" + "\n".join(summary["tables"]))
+    print(f"## {args.metric}\n" + "\n".join(summary["tables"]))
     print("## equal optimizer steps, recurrence\n" + summary["steps"])
     print(f"wrote {', '.join(str(out / f) for f in summary['files'])}"
           + (f"; PNGs copied to docs/img/{Path(args.config).stem}_*.png" if img else ""))
@@ -354,6 +356,9 @@ def main(argv=None) -> None:
                    help="train_prompts/pass@1 target(s) (default: the best accuracy every run reaches, or 0.01 above the start if none is higher; report.auto_target)")
     q.add_argument("--heldout-target", type=float, nargs="+", default=None, help="heldout_prompts/pass@1 target(s) (default: --target's rule, on the held-out accuracy)")
     q.add_argument("--no-copy-png", dest="copy_png", action="store_false", help="do not copy PNGs to docs/img")
+    q.add_argument("--metric", default="heldout_prompts/pass@1",
+                   help="the accuracy of the result-file report: a part's held-out accuracy on a mixed source, e.g. "
+                        "heldout_prompts/pass@1/basic_arithmetic@learn (its own folder under report_results; no PNGs copied)")
     q.add_argument("--from-runs", action="store_true",
                    help="report over the run folders under --out (train and held-out reports, the old layout) "
                         "instead of the result files (--results)")
