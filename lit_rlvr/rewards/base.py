@@ -109,6 +109,23 @@ class RewardFunction(abc.ABC):
         return f"{type(self).__name__}(name={self.name!r}, weight={self.weight})"
 
 
+class WorkerReward(RewardFunction):
+    """A reward scored in sandboxed worker processes: ``self._caller``, a ``TimeLimitedCaller``.
+
+    Owns what every such reward shares: stopping the workers and exposing them to the run's
+    ``model.reward_sandbox`` (``worker_callers``).
+    """
+
+    _caller: "TimeLimitedCaller"
+
+    def close(self) -> None:
+        """Stop the worker processes (they restart on the next call)."""
+        self._caller.close()
+
+    def worker_callers(self) -> list["TimeLimitedCaller"]:
+        return [self._caller]
+
+
 @dataclass
 class RewardResult:
     """Scores of a batch of N completions."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
+from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller
 from lit_rlvr.rewards.worker import check_import_path
 
 
-class CallableReward(RewardFunction):
+class CallableReward(WorkerReward):
     """Wraps a user function ``fn(completion=..., answer=..., metadata=...) -> float`` as a reward.
 
     The way to plug a custom verifier in from YAML without subclassing: name
@@ -71,10 +71,3 @@ class CallableReward(RewardFunction):
     ) -> list[float | BaseException]:
         kwargs = [dict(completion=c, answer=a, metadata=m) for c, a, m in zip(completions, answers, metadata)]
         return outcomes_to_scores(self._caller.call_many([()] * len(kwargs), kwargs), str(self.fn), self.timeout_s)
-
-    def close(self) -> None:
-        """Stop the worker processes (they restart on the next call)."""
-        self._caller.close()
-
-    def worker_callers(self) -> list[TimeLimitedCaller]:
-        return [self._caller]

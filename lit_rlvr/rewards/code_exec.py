@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Sequence
 
-from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
+from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import TimeLimitedCaller
 
 __all__ = ["CodeExecutionReward", "extract_program", "run_tests", "EXTRACTION_MODES", "MODES"]
@@ -225,7 +225,7 @@ def _check_tests(tests: Any) -> list[dict]:
     return [dict(t) for t in tests]
 
 
-class CodeExecutionReward(RewardFunction):
+class CodeExecutionReward(WorkerReward):
     """Fraction of the prompt's unit tests that the completion's program passes, run in the sandbox.
 
     The program is ``extract_program(completion, extraction)``, after
@@ -344,10 +344,3 @@ class CodeExecutionReward(RewardFunction):
             except ValueError as e:
                 out[i] = e
         return out
-
-    def close(self) -> None:
-        """Stop the worker processes (they restart on the next call)."""
-        self._caller.close()
-
-    def worker_callers(self) -> list[TimeLimitedCaller]:
-        return [self._caller]

@@ -6,7 +6,7 @@ import functools
 from typing import Any, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
-from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
+from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller
 
 _SILENCED = False
@@ -62,7 +62,7 @@ def verify_math(gold: str, prediction: str) -> bool:
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
 
 
-class MathVerifyReward(RewardFunction):
+class MathVerifyReward(WorkerReward):
     """1.0 when the completion's answer equals the reference mathematically, else 0.0.
 
     Uses ``math-verify`` (the verifier of Open-R1 and TRL's math rewards): it
@@ -117,10 +117,3 @@ class MathVerifyReward(RewardFunction):
     ) -> list[float | BaseException]:
         args = [(str(a), self.prediction(c or "")) for c, a in zip(completions, answers)]
         return outcomes_to_scores(self._caller.call_many(args), "math-verify", self.timeout_s, lambda v: 1.0 if v else 0.0)
-
-    def close(self) -> None:
-        """Stop the worker processes (they restart on the next call)."""
-        self._caller.close()
-
-    def worker_callers(self) -> list[TimeLimitedCaller]:
-        return [self._caller]

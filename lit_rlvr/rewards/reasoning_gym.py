@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
-from lit_rlvr.rewards.base import RewardFunction, first_or_raise, outcomes_to_scores
+from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller
 
 _SCORERS: dict[str, Callable[..., float]] = {}
@@ -31,7 +31,7 @@ def score_reasoning_gym(dataset: str, extracted: str, entry: dict[str, Any]) -> 
     return float(_scorer(dataset)(answer=extracted, entry=entry))
 
 
-class ReasoningGymReward(RewardFunction):
+class ReasoningGymReward(WorkerReward):
     """Scores a completion with the verifier of the reasoning-gym task it came from.
 
     Every reasoning-gym dataset ships a ``score_answer(answer, entry)`` that
@@ -120,10 +120,3 @@ class ReasoningGymReward(RewardFunction):
 
     def _call(self, args: list[tuple]) -> list[float | BaseException]:
         return outcomes_to_scores(self._caller.call_many(args), "reasoning-gym scoring", self.timeout_s)
-
-    def close(self) -> None:
-        """Stop the worker processes (they restart on the next call)."""
-        self._caller.close()
-
-    def worker_callers(self) -> list[TimeLimitedCaller]:
-        return [self._caller]
