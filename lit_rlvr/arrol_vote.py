@@ -112,7 +112,7 @@ def answer_mode(module: Any, override: Optional[str] = None) -> str:
 def evaluate(module: Any, data: Any, arrol: Any, k: int, mode: str, max_batches: Optional[int] = None) -> dict[str, Any]:
     """Sample k candidates per validation prompt, vote three ways; per-prompt records included."""
     from lit_rlvr.callbacks.quality_head import auc
-    from lit_rlvr.rollout.loop import render_prompt
+    from lit_rlvr.prompts import render_prompt
 
     pad = module.tokenizer.pad_token_id
     pad_id = int(pad if pad is not None else module.tokenizer.eos_token_id)

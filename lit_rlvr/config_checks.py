@@ -176,7 +176,7 @@ def _callbacks_of(path: Any) -> Optional[list[str]]:
 
 
 def _allocators(class_paths: list[str]) -> list[str]:
-    from lit_rlvr.callbacks.base import RolloutAllocator
+    from lit_rlvr.selection import RolloutAllocator
 
     return [p for p in class_paths if isinstance(resolve_class_path(p), type) and issubclass(resolve_class_path(p), RolloutAllocator)]
 

@@ -30,7 +30,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from lit_rlvr.callbacks.base import SelectionCallback, data_epoch, gather_rows
+from lit_rlvr.selection import SelectionCallback, data_epoch, gather_rows
 from lit_rlvr.types import RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -77,7 +77,7 @@ def _get(node: Any, *keys: str) -> Any:
 
 def _selectors_in_config(config: Any) -> list[str]:
     """Class names of the selection callbacks under ``trainer.callbacks`` of a config dict."""
-    from lit_rlvr.callbacks.base import SelectionCallback
+    from lit_rlvr.selection import SelectionCallback
     from lit_rlvr.config_checks import resolve_class_path
 
     callbacks = _get(config, "trainer", "callbacks") or []
@@ -92,7 +92,7 @@ def _selectors_in_checkpoint(ckpt_path: str) -> Optional[list[str]]:
     import torch
 
     import lit_rlvr.callbacks as callbacks
-    from lit_rlvr.callbacks.base import SelectionCallback
+    from lit_rlvr.selection import SelectionCallback
 
     if not os.path.isfile(ckpt_path):
         return None

@@ -1,19 +1,49 @@
-"""The two records that flow through a training step.
+"""Every record passed between the stages of a training step.
 
 ``PromptPool`` is what the data module serves: the candidate prompts of one step
 (``pool_multiple × B`` of them) with a keep mask that pre-rollout selectors narrow.
 ``RolloutBatch`` is every rollout generated for that pool, scored, with the keep
 mask that pre-backward filters narrow and the advantages computed on what is kept.
+Between them travel the rollout loop's records: ``RolloutState`` (what an allocator
+plans from), ``PartialRollouts`` (what a pruner decides on), ``RolloutStats`` (what
+the rollout stage cost), and a reviser's ``Revision`` of ``GroupReplacement`` s.
 
-Shapes in comments: P = prompts in the pool, N = rollouts generated this step.
+They live here, at the bottom of the layers (docs/architecture.md), so that the
+selection contract, the rollout loop, the module and the methods can all name them
+without importing each other. Shapes in comments: P = prompts in the pool, N =
+rollouts generated this step, n = rows of one round.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
+
+from lit_rlvr.advantages import REWARD_TOL, is_zero_variance
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Where in the run a record was made: what a selector keys its seeded draws and history on.
+
+    The module attaches one to every ``PromptPool`` it trains on (before the pre-rollout hooks
+    run), and a ``RolloutBatch`` carries its pool's, so hooks read the step, seed, rank and group
+    size from the record they are given instead of from the module. A record made outside a
+    training step (a test, a script) has the default: step 0 of seed 0 on one rank.
+    """
+
+    step: int = 0
+    """Training steps (pools consumed) before this one: the data position, restored on resume."""
+    seed: int = 0
+    """The run's seed (``model.seed``), for ``seeded_generator``."""
+    rank: int = 0
+    """This process's global rank."""
+    world_size: int = 1
+    """Ranks in the run."""
+    group_size: int = 0
+    """G, the configured rollouts per prompt (``model.rollout.num_generations``; 0: unknown)."""
 
 
 @dataclass
@@ -34,6 +64,8 @@ class PromptPool:
     """[P] bool: prompts still eligible for rollout; pre-rollout selectors narrow it."""
     solutions: Optional[list[Optional[str]]] = None
     """[P] reference solution text per prompt (OC-GRPO's guided prompts); None entries: none."""
+    context: StepContext = field(default_factory=StepContext)
+    """The step this pool is trained at; set by the module before the pre-rollout hooks."""
 
     def __post_init__(self) -> None:
         self.ids = torch.as_tensor(self.ids, dtype=torch.long)
@@ -126,6 +158,11 @@ class RolloutBatch:
         return len(self.completions)
 
     @property
+    def context(self) -> StepContext:
+        """The step these rollouts were generated at (their pool's)."""
+        return self.pool.context
+
+    @property
     def prompt_ids(self) -> torch.Tensor:
         """[N] stable prompt id of each rollout."""
         return self.pool.ids[self.prompt_index]
@@ -147,3 +184,144 @@ class RolloutBatch:
         for r in rows.tolist():
             groups.setdefault(int(self.prompt_index[r]), []).append(r)
         return {p: torch.tensor(rs, dtype=torch.long) for p, rs in groups.items()}
+
+
+# --------------------------------------------------------------------------- the rollout stage's records
+
+
+@dataclass
+class RolloutState:
+    """What the rollout loop has generated so far this step, per pool prompt (P = len(pool))."""
+
+    pool: PromptPool
+    group_size: int
+    """G, the configured rollouts per prompt (``module.num_generations``)."""
+    step: int
+    """Training step index (pools consumed before this one)."""
+    seed: int
+    """The run's seed, for ``seeded_generator``."""
+    round: int = 0
+    """Generation rounds finished so far."""
+    rewards: list[list[float]] = field(default_factory=list)
+    """[P] rewards of each prompt's rollouts so far, in generation order."""
+    drawer: Optional[Callable[[int], PromptPool]] = None
+    """Serves n fresh prompts for a refill (None: the pool is all there is)."""
+    drawn: int = 0
+    """Prompts drawn into the pool this step."""
+
+    def __post_init__(self) -> None:
+        if not self.rewards:
+            self.rewards = [[] for _ in range(len(self.pool))]
+
+    def draw(self, n: int) -> list[int]:
+        """Append up to n fresh prompts to the pool (deterministic per step); returns their pool indices."""
+        if self.drawer is None or n <= 0:
+            return []
+        new = self.pool.extend(self.drawer(n))
+        self.rewards.extend([] for _ in new)
+        self.drawn += len(new)
+        return new
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """[P] int64 rollouts generated so far per prompt."""
+        return torch.tensor([len(r) for r in self.rewards], dtype=torch.long)
+
+    def reward_mean(self) -> torch.Tensor:
+        """[P] float32 mean reward so far (0 where none)."""
+        return torch.tensor([sum(r) / len(r) if r else 0.0 for r in self.rewards], dtype=torch.float32)
+
+    def reward_var(self) -> torch.Tensor:
+        """[P] float32 population variance of each prompt's rewards so far.
+
+        Exactly 0 where fewer than 2 or zero-variance (``is_zero_variance``), so every
+        saturated group ties at 0 whatever float noise the sums leave (VIGOR ranks by this).
+        """
+        out = []
+        for r in self.rewards:
+            if len(r) < 2 or is_zero_variance(max(r) - min(r)):
+                out.append(0.0)
+                continue
+            m = sum(r) / len(r)
+            out.append(sum((x - m) ** 2 for x in r) / len(r))
+        return torch.tensor(out, dtype=torch.float32)
+
+    def is_effective(self, epsilon: float = REWARD_TOL) -> torch.Tensor:
+        """[P] bool: prompts with rewards so far that are not zero-variance (``is_zero_variance``)."""
+        return torch.tensor([bool(r) and not is_zero_variance(max(r) - min(r), epsilon) for r in self.rewards], dtype=torch.bool)
+
+    def unused(self) -> list[int]:
+        """Pool indices still eligible (``pool.keep``) and not rolled out yet, in pool order."""
+        counts = self.counts
+        return [i for i in self.pool.eligible() if counts[i] == 0]
+
+
+@dataclass
+class PartialRollouts:
+    """One round's rollouts after ``detect_tokens`` tokens, as the rollout loop hands them to a pruner (n rows).
+
+    Rows that stopped before ``detect_tokens`` are complete and already scored (``finished``,
+    ``rewards``); the others are partial (reward NaN) and are continued only if the pruner keeps them.
+    """
+
+    pool: PromptPool
+    prompt_index: torch.Tensor
+    """[n] int64 pool index of each rollout's prompt."""
+    prompt_token_ids: list[list[int]]
+    """[n] the rendered prompt of each row."""
+    completions: list[Completion]
+    """[n] tokens generated so far (at most ``detect_tokens``)."""
+    finished: torch.Tensor
+    """[n] bool: the rollout stopped before ``detect_tokens``: complete and scored."""
+    rewards: torch.Tensor
+    """[n] float32 true reward of finished rows; NaN for partial ones."""
+    hidden: Optional[torch.Tensor]
+    """[n, H] float32 last-layer hidden state at each row's last token, when the engine gave it (else None)."""
+    step: int
+    seed: int
+    round: int
+    group_size: int
+
+    def __len__(self) -> int:
+        return len(self.completions)
+
+
+@dataclass
+class RolloutStats:
+    """What one rollout stage cost and how it ended."""
+
+    rounds: int = 0
+    hit_round_cap: bool = False
+    rollout_seconds: float = 0.0
+    reward_seconds: float = 0.0
+    reward_errors: int = 0
+    reward_timeouts: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class GroupReplacement:
+    """A regenerated group that replaces every rollout of pool prompt ``pool_index``, row for row."""
+
+    pool_index: int
+    completions: list[Completion]
+    """[n_g] the new completions, as many as the group has rows."""
+    rewards: torch.Tensor
+    """[n_g] float32 total rewards."""
+    components: dict[str, torch.Tensor]
+    """name -> [n_g] float32 per-reward-function scores."""
+    prompt_token_ids: list[int]
+    """The prompt they were generated from (not the pool prompt: the loss still uses that)."""
+    fraction: float = 0.0
+    """Share of the reference solution in that prompt (OC-GRPO)."""
+
+
+@dataclass
+class Revision:
+    """What a GroupReviser did this step: replacements, and the rollouts it generated and threw away."""
+
+    replacements: list[GroupReplacement] = field(default_factory=list)
+    discarded_rollouts: int = 0
+    """Rollouts it generated that replace nothing (failed tries): counted as generated."""
+    discarded_tokens: int = 0
+    """Their completion tokens."""

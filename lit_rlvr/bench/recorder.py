@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import lightning.pytorch as pl
 import torch
 
-from lit_rlvr.callbacks.base import SelectionCallback, data_epoch, gather_rows, group_observations
+from lit_rlvr.selection import SelectionCallback, data_epoch, gather_rows, group_observations
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 import lightning.pytorch as pl
 
 from lit_rlvr.bench.recorder import SelectionRecorder
-from lit_rlvr.callbacks.base import RolloutAllocator, RolloutFilter, RolloutPruner, SelectionCallback, TokenWeighter
+from lit_rlvr.selection import RolloutAllocator, RolloutFilter, RolloutPruner, SelectionCallback, TokenWeighter
 from lit_rlvr.group_records import GroupRecorder
 
 

@@ -116,7 +116,7 @@ def sft_records(cfg: dict, dm: Any, sft_size: int) -> list[Any]:
 
 def answer_examples(tokenizer: Any, dm: Any, records: Sequence[Any]) -> list[tuple[list[int], list[int]]]:
     """(prompt ids as ``lit-rlvr fit`` renders them, answer ids + EOS) per record."""
-    from lit_rlvr.rollout.loop import render_prompt
+    from lit_rlvr.prompts import render_prompt
 
     out = []
     for r in records:
@@ -158,7 +158,7 @@ def pass_rates(model: Any, tokenizer: Any, dm: Any, records: Sequence[Any], rewa
     """
     from lit_rlvr.rewards.base import RewardScorer
     from lit_rlvr.rollout import GenerationRequest, HFEngine, SamplingConfig
-    from lit_rlvr.rollout.loop import render_prompt
+    from lit_rlvr.prompts import render_prompt
 
     if temperature is None:
         group_size, temperature = 1, 0.0

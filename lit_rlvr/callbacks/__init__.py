@@ -2,10 +2,11 @@
 
 Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
 During rollout: ARRoL (a pruner). Pre-backward: DynamicSampling (zero-variance drop), PODS.
-After reward (revise) and loss weights: OCGRPO. The contract is in ``base``.
+After reward (revise) and loss weights: OCGRPO. The contract is ``lit_rlvr.selection``
+(re-exported here and by ``base``, so old imports and class paths keep working).
 """
 
-from lit_rlvr.callbacks.base import (
+from lit_rlvr.selection import (
     FixedGroupAllocator,
     GroupReplacement,
     GroupReviser,

@@ -42,20 +42,18 @@ Decisions (matching the reference code's ``BayesianHMMSampler`` unless noted):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, warn_if_pool_is_batch_sized
+from lit_rlvr.selection import PromptSelector, SelectionCallback, gather_rows, warn_if_pool_is_batch_sized
 from lit_rlvr.callbacks.mopps import group_success, merge_rows
 from lit_rlvr.callbacks.state import PromptTable, TableHistory
+from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptPool, RolloutBatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
 
 
 UNSOLVED, PARTIAL, SOLVED = 0, 1, 2
@@ -118,7 +116,7 @@ class DPS(TableHistory, PromptSelector):
 
     # ------------------------------------------------------------------ setup and state
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         warn_if_pool_is_batch_sized(trainer, "DPS", "the paper uses 32 on MATH, 8 otherwise")
 
     def _state_key_fields(self) -> dict[str, Any]:
@@ -184,11 +182,11 @@ class DPS(TableHistory, PromptSelector):
             "p_partial_candidates_mean": float(p_partial.mean()) if len(eligible) else 0.0,
         }
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
         if isinstance(batch, PromptPool):
             self.select(batch)
 
-    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         rows = gather_rows(trainer, group_success(batch, self.success_threshold))  # [K, 3] from every rank
         ids, n, succ = merge_rows(rows)
         predicted = self.belief(ids)[:, PARTIAL] if len(ids) else np.zeros(0)  # before the update

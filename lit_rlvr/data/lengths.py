@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from lit_rlvr.rollout.loop import render_prompts
+from lit_rlvr.prompts import render_prompts
 
 __all__ = ["SANE_MAX_LENGTH", "check_prompt_lengths", "model_context"]
 

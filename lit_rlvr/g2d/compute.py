@@ -33,7 +33,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 import torch
 
-from lit_rlvr.callbacks.base import SelectionCallback
+from lit_rlvr.selection import SelectionCallback
 from lit_rlvr.types import RolloutBatch
 
 TRAIN_PASSES = 3

@@ -5,6 +5,10 @@ generates all of them in ONE engine call, and scores them at once, because the
 next round's plan (VIGOR, SARA, Dynamic Sampling refill) depends on the rewards.
 With a rollout pruner (ARRoL) each round is ``rollout.pruning.run_pruned_round`` instead:
 generate to ``detect_tokens``, prune, continue the survivors (stage 2b).
+
+The loop knows the selection contract (``lit_rlvr.selection``) and the records
+(``lit_rlvr.types``), never a method. Prompt rendering is ``lit_rlvr.prompts``; its names
+and ``RolloutStats`` are re-exported here so older imports keep working.
 """
 
 from __future__ import annotations
@@ -16,54 +20,71 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from lit_rlvr.callbacks.base import RolloutAllocator, RolloutPruner, RolloutState
+from lit_rlvr.prompts import encode_prompt_text, render_prompt, render_prompt_text, render_prompts
 from lit_rlvr.rewards.base import RewardResult, RewardScorer
 from lit_rlvr.rollout.base import GenerationRequest, RolloutEngine, SamplingConfig
 from lit_rlvr.rollout.pruning import run_pruned_round
-from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+from lit_rlvr.selection import RolloutAllocator, RolloutPruner
+from lit_rlvr.types import Completion, PromptPool, RolloutBatch, RolloutState, RolloutStats
+
+__all__ = [
+    "RolloutLoop",
+    "RolloutStats",
+    "encode_prompt_text",
+    "flatten",
+    "generate_for_eval",
+    "render_prompt",
+    "render_prompt_text",
+    "render_prompts",
+]
 
 log = logging.getLogger(__name__)
 
-
-def render_prompt_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    """A chat prompt as text, ending with the assistant turn's opening (chat template if any)."""
-    if _templated(tokenizer):
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return "\n\n".join(m["content"] for m in messages) + "\n"
-
-
-def encode_prompt_text(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of a rendered prompt (a chat template already holds its special tokens)."""
-    return tokenizer(text, add_special_tokens=not _templated(tokenizer))["input_ids"]
-
-
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of a chat prompt, ending with the assistant turn's opening (chat template if any)."""
-    return encode_prompt_text(tokenizer, render_prompt_text(tokenizer, messages))
-
-
-def render_prompts(tokenizer: Any, conversations: Sequence[list[dict[str, str]]]) -> list[list[int]]:
-    """``render_prompt`` of many prompts in one batched tokenizer call (the set-up length check)."""
-    texts = [render_prompt_text(tokenizer, messages) for messages in conversations]
-    return tokenizer(texts, add_special_tokens=not _templated(tokenizer))["input_ids"] if texts else []
-
-
-def _templated(tokenizer: Any) -> bool:
-    """Whether prompts go through the chat template (which writes the special tokens itself)."""
-    return bool(getattr(tokenizer, "chat_template", None))
+Round = tuple[list[int], list[Completion], RewardResult]
+"""One round's new rows: [n] pool index of each, [n] completions, their scores."""
 
 
 @dataclass
-class RolloutStats:
-    """What one rollout stage cost and how it ended."""
+class _Rows:
+    """The rows generated so far this step, in generation order (N grows by n each round)."""
 
-    rounds: int = 0
-    hit_round_cap: bool = False
-    rollout_seconds: float = 0.0
-    reward_seconds: float = 0.0
-    reward_errors: int = 0
-    reward_timeouts: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
+    prompt_tokens: dict[int, list[int]] = field(default_factory=dict)
+    """pool index -> rendered prompt, for every prompt rolled out so far."""
+    prompt: list[int] = field(default_factory=list)
+    """[N] pool index of each row."""
+    round: list[int] = field(default_factory=list)
+    """[N] generation round of each row."""
+    completions: list[Completion] = field(default_factory=list)
+    """[N] the completions."""
+    rewards: list[torch.Tensor] = field(default_factory=list)
+    """One [n] float32 tensor of total rewards per round."""
+    components: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    """name -> one [n] float32 tensor per round."""
+
+    def add(self, state: RolloutState, new: Round) -> None:
+        """Append one round's rows, and their rewards to the allocator's ``state``."""
+        prompt, completions, result = new
+        for p, r in zip(prompt, result.total.tolist()):
+            state.rewards[p].append(float(r))
+        self.prompt += prompt
+        self.round += [state.round] * len(prompt)
+        self.completions += completions
+        self.rewards.append(result.total.float())
+        for name, values in result.components.items():
+            self.components.setdefault(name, []).append(values.float())
+
+    def batch(self, pool: PromptPool) -> RolloutBatch:
+        """Every row as the step's ``RolloutBatch`` (all kept; N may be 0)."""
+        return RolloutBatch(
+            pool=pool,
+            prompt_index=torch.tensor(self.prompt, dtype=torch.long),
+            prompt_token_ids=[self.prompt_tokens.get(p, []) for p in range(len(pool))],
+            completions=self.completions,
+            rewards=torch.cat(self.rewards) if self.rewards else torch.zeros(0),
+            round=torch.tensor(self.round, dtype=torch.long),
+            keep=torch.ones(len(self.completions), dtype=torch.bool),
+            reward_components={k: torch.cat(v) for k, v in self.components.items()},
+        )
 
 
 class RolloutLoop:
@@ -104,88 +125,67 @@ class RolloutLoop:
         ``pruner``: each round goes through ``run_pruned_round`` (only its survivors reach the batch).
         """
         state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed, drawer=drawer)
-        prompt_tokens: dict[int, list[int]] = {}
-        rows_prompt: list[int] = []
-        rows_round: list[int] = []
-        completions: list[Completion] = []
-        rewards: list[torch.Tensor] = []
-        components: dict[str, list[torch.Tensor]] = {}
-        stats = RolloutStats()
-
-        while True:
-            plan = allocator.plan(state)  # [P] more rollouts per prompt
-            if int(plan.sum()) == 0:
-                break
-            if state.round >= allocator.max_rounds:
-                stats.hit_round_cap = True
-                if not self._warned_cap:
-                    log.warning(
-                        "%s reached its cap of %d generation rounds; training on what this step has "
-                        "(counted in rollouts/round_cap_hits; warned once).",
-                        type(allocator).__name__,
-                        allocator.max_rounds,
-                    )
-                    self._warned_cap = True
-                break
-            chosen = torch.nonzero(plan > 0).flatten().tolist()
-            for p in chosen:
-                if p not in prompt_tokens:
-                    prompt_tokens[p] = render_prompt(self.tokenizer, pool.messages[p])
-            requests = [GenerationRequest(prompt_tokens[p], int(plan[p])) for p in chosen]
+        rows, stats = _Rows(), RolloutStats()
+        while (plan := self._next_plan(allocator, state, stats)) is not None:
+            chosen = torch.nonzero(plan > 0).flatten().tolist()  # pool indices with rollouts this round
+            requests = self._requests(pool, plan, chosen, rows.prompt_tokens)
             if any_rank is not None:
-                any_rank(True)  # pairs with the done ranks' calls below
-            sampling = SamplingConfig(
-                temperature=self.sampling.temperature,
-                top_p=self.sampling.top_p,
-                max_new_tokens=self.sampling.max_new_tokens,
-                seed=_round_seed(seed, step, state.round, rank),
-            )
+                any_rank(True)  # pairs with the done ranks' calls in _join_other_ranks
+            sampling = self._round_sampling(seed, step, state.round, rank)
             if pruner is None:
-                new_prompt, new_completions, result = self._plain_round(requests, chosen, sampling, pool, stats)
+                new = self._plain_round(requests, chosen, sampling, pool, stats)
             else:  # stage 2b: generate to detect_tokens, prune, continue the survivors
-                pruned = run_pruned_round(
-                    self.engine, self.tokenizer, self.scorer, pruner, pool, requests, chosen, sampling,
-                    step, seed, state.round, group_size,
-                )
-                new_prompt, new_completions, result = pruned.prompt_index, pruned.completions, pruned.result
-                stats.rollout_seconds += pruned.generate_seconds + pruned.prune_seconds
-                stats.reward_seconds += pruned.reward_seconds
-                for key, value in (("rollouts_pruned", pruned.pruned), ("tokens_pruned", pruned.pruned_tokens),
-                                   ("rollouts_continued", pruned.continued), ("prune_seconds", pruned.prune_seconds)):
-                    stats.extra[key] = stats.extra.get(key, 0.0) + float(value)
-            stats.reward_errors += result.errors
-            stats.reward_timeouts += result.timeouts
-
-            for p, r in zip(new_prompt, result.total.tolist()):
-                state.rewards[p].append(float(r))
-            rows_prompt += new_prompt
-            rows_round += [state.round] * len(new_prompt)
-            completions += new_completions
-            rewards.append(result.total.float())
-            for name, values in result.components.items():
-                components.setdefault(name, []).append(values.float())
+                new = self._pruned_round(pruner, state, requests, chosen, sampling, stats)
+            stats.reward_errors += new[2].errors
+            stats.reward_timeouts += new[2].timeouts
+            rows.add(state, new)
             state.round += 1
-
-        while any_rank is not None and any_rank(False):
-            self.engine.generate([], self.sampling)  # another rank generates a round: join its gathers
+        self._join_other_ranks(any_rank)
         stats.rounds = state.round
         stats.extra["prompts_drawn"] = float(state.drawn)
-        n = len(completions)
-        batch = RolloutBatch(
-            pool=pool,
-            prompt_index=torch.tensor(rows_prompt, dtype=torch.long),
-            prompt_token_ids=[prompt_tokens.get(p, []) for p in range(len(pool))],
-            completions=completions,
-            rewards=torch.cat(rewards) if rewards else torch.zeros(0),
-            round=torch.tensor(rows_round, dtype=torch.long),
-            keep=torch.ones(n, dtype=torch.bool),
-            reward_components={k: torch.cat(v) for k, v in components.items()},
+        return rows.batch(pool), stats
+
+    # ------------------------------------------------------------------ the steps of a round
+
+    def _next_plan(self, allocator: RolloutAllocator, state: RolloutState, stats: RolloutStats) -> Optional[torch.Tensor]:
+        """[P] more rollouts per prompt this round, or None when the allocator is done or at its round cap."""
+        plan = allocator.plan(state)  # [P]
+        if int(plan.sum()) == 0:
+            return None
+        if state.round >= allocator.max_rounds:
+            stats.hit_round_cap = True
+            if not self._warned_cap:
+                log.warning(
+                    "%s reached its cap of %d generation rounds; training on what this step has "
+                    "(counted in rollouts/round_cap_hits; warned once).",
+                    type(allocator).__name__,
+                    allocator.max_rounds,
+                )
+                self._warned_cap = True
+            return None
+        return plan
+
+    def _requests(
+        self, pool: PromptPool, plan: torch.Tensor, chosen: list[int], prompt_tokens: dict[int, list[int]]
+    ) -> list[GenerationRequest]:
+        """One request per chosen prompt; each prompt is rendered once a step (cached in ``prompt_tokens``)."""
+        for p in chosen:
+            if p not in prompt_tokens:
+                prompt_tokens[p] = render_prompt(self.tokenizer, pool.messages[p])
+        return [GenerationRequest(prompt_tokens[p], int(plan[p])) for p in chosen]
+
+    def _round_sampling(self, seed: int, step: int, round_: int, rank: int) -> SamplingConfig:
+        """The configured sampling with this round's seed."""
+        return SamplingConfig(
+            temperature=self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            max_new_tokens=self.sampling.max_new_tokens,
+            seed=_round_seed(seed, step, round_, rank),
         )
-        return batch, stats
 
     def _plain_round(
         self, requests: list[GenerationRequest], chosen: list[int], sampling: SamplingConfig, pool: PromptPool, stats: RolloutStats
-    ) -> tuple[list[int], list[Completion], RewardResult]:
+    ) -> Round:
         t0 = time.perf_counter()
         outputs = self.engine.generate(requests, sampling)  # one batched call per round
         stats.rollout_seconds += time.perf_counter() - t0
@@ -199,6 +199,32 @@ class RolloutLoop:
         )
         stats.reward_seconds += time.perf_counter() - t0
         return new_prompt, new_completions, result
+
+    def _pruned_round(
+        self,
+        pruner: RolloutPruner,
+        state: RolloutState,
+        requests: list[GenerationRequest],
+        chosen: list[int],
+        sampling: SamplingConfig,
+        stats: RolloutStats,
+    ) -> Round:
+        """Stage 2b: the round through ``run_pruned_round``; its costs and counts go into ``stats``."""
+        pruned = run_pruned_round(
+            self.engine, self.tokenizer, self.scorer, pruner, state.pool, requests, chosen, sampling,
+            state.step, state.seed, state.round, state.group_size,
+        )
+        stats.rollout_seconds += pruned.generate_seconds + pruned.prune_seconds
+        stats.reward_seconds += pruned.reward_seconds
+        for key, value in (("rollouts_pruned", pruned.pruned), ("tokens_pruned", pruned.pruned_tokens),
+                           ("rollouts_continued", pruned.continued), ("prune_seconds", pruned.prune_seconds)):
+            stats.extra[key] = stats.extra.get(key, 0.0) + float(value)
+        return pruned.prompt_index, pruned.completions, pruned.result
+
+    def _join_other_ranks(self, any_rank: Optional[Callable[[bool], bool]]) -> None:
+        """FSDP2: while another rank still generates a round, make empty engine calls to join its gathers."""
+        while any_rank is not None and any_rank(False):
+            self.engine.generate([], self.sampling)
 
 
 def _round_seed(seed: int, step: int, round_: int, rank: int) -> int:

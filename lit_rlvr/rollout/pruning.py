@@ -16,10 +16,10 @@ from typing import Any, Sequence
 
 import torch
 
-from lit_rlvr.callbacks.base import PartialRollouts, RolloutPruner
 from lit_rlvr.rewards.base import RewardResult, RewardScorer
 from lit_rlvr.rollout.base import GenerationRequest, RolloutEngine, SamplingConfig
-from lit_rlvr.types import Completion, PromptPool
+from lit_rlvr.selection import RolloutPruner
+from lit_rlvr.types import Completion, PartialRollouts, PromptPool
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Stage 3b, revise: a GroupReviser may regenerate scored groups from other prompts and replace them.
 
-The module calls ``revise(module, batch, stats)`` once per step, after scoring and
+The module calls ``revise(reviser, trainer, module, batch, stats)`` once per step, after scoring and
 before the observe stage. Replacement is row for row: a replaced group keeps its rows,
 prompt index and round; its completions, rewards and reward components are the new
 ones, and each row records the prompt it was generated from and the guide fraction.
@@ -11,27 +11,30 @@ generated (``batch.discarded_rollouts`` / ``discarded_tokens``).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import Optional, Sequence
 
+import lightning.pytorch as pl
 import torch
 
-from lit_rlvr.callbacks.base import GroupReviser, Revision
 from lit_rlvr.rewards.base import RewardResult
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
-from lit_rlvr.rollout.loop import RolloutLoop, RolloutStats
-from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+from lit_rlvr.rollout.loop import RolloutLoop
+from lit_rlvr.selection import GroupReviser
+from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.types import Completion, PromptPool, Revision, RolloutBatch, RolloutStats
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
 
+def revise(
+    reviser: Optional[GroupReviser], trainer: Optional[pl.Trainer], host: SelectionHost, batch: RolloutBatch, stats: RolloutStats
+) -> RolloutBatch:
+    """Run the run's GroupReviser (None: there is none) on ``batch`` and apply its revision in place.
 
-def revise(module: "GRPOModule", batch: RolloutBatch, stats: RolloutStats) -> RolloutBatch:
-    """Run the run's GroupReviser (if any) on ``batch`` and apply its revision in place."""
-    revisers = module._selectors(GroupReviser)
-    if not revisers:
+    The module passes its reviser, the trainer and itself (the ``SelectionHost`` the hook receives).
+    """
+    if reviser is None:
         return batch
     t0 = time.perf_counter()
-    revision = revisers[0].revise(module.trainer, module, batch, stats)
+    revision = reviser.revise(trainer, host, batch, stats)
     apply_revision(batch, revision)
     stats.extra["revise_seconds"] = time.perf_counter() - t0
     return batch
