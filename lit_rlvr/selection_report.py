@@ -34,8 +34,9 @@ from lit_rlvr.group_records import FILE_NAME, GroupRecord, GroupRecorder, read_g
 from lit_rlvr.plot import Row, read_run, run_file
 
 __all__ = [
-    "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "EpochShares", "OracleRatio", "SelectionStats",
-    "main", "oracle_ratio", "selection_stats", "summary_lines", "verdict", "write_report",
+    "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "STEPS_CAVEAT", "EpochShares",
+    "OracleRatio", "SelectionStats", "main", "oracle_ratio", "read_selection_records", "selection_stats",
+    "summary_lines", "verdict", "write_report",
 ]
 
 MIN_ZERO_VARIANCE_SHARE = 0.10
@@ -57,7 +58,50 @@ from: every family would mostly generate, or hunt for, groups the policy cannot 
 
 HISTORY = "history-based pre-rollout selection (GRESO, MoPPS, DPS, LEEPS)"
 REFILL = "allocation/refill (Dynamic Sampling, SARA, VIGOR)"
+STEPS_CAVEAT = ("Caveat: this counts rollouts, not optimizer steps; a selector that refills every step to a fixed "
+                "number of groups with variance (Dynamic Sampling, GRESO) makes fewer steps per rollout, and in both "
+                "SmolLM2 regimes of docs/benchmarks.md that cost more rollouts to target than its skipping saved.")
+"""Appended to a verdict that names a family as likely to help (scripts/report_vs_measured.py: Dynamic
+Sampling and GRESO needed more of GRPO's rollouts to target beyond the spread in both regimes, making
+about half its optimizer steps)."""
 REPORT_MD, REPORT_PNG = "selection_report.md", "selection_report.png"
+
+
+SELECTION_STATUSES = {"hard": 0, "easy": 1, "effective": None}
+"""A ``SelectionRecorder`` status of a rolled-out group -> its all-right flag (None: it had reward variance)."""
+
+
+def read_selection_records(path: str | Path, g: int) -> list[GroupRecord]:
+    """``GroupRecord``s from a ``SelectionRecorder`` file (``<strategy>_seed<S>.selection.csv``: step, epoch,
+    prompt_id, status), for runs that kept no ``groups.csv`` (the SmolLM2 grid of docs/benchmarks.md).
+
+    Approximation: the file has no rollout counts, correct counts or rewards, only a status per rolled-out
+    group, so every group gets ``n = g`` (the config's G; exact for fixed groups such as GRPO's),
+    ``hard`` (all wrong) ``correct = 0`` and rewards 0/0, ``easy`` (all right) ``correct = g`` and rewards
+    1/1, ``effective`` (reward variance) ``correct = 1`` and rewards 0/1. The report's shares and
+    probabilities need only zero variance and all right. Zero variance the status gives exactly (the
+    recorder uses ``is_zero_variance`` too); all right only nearly: the recorder calls a zero-variance group
+    ``easy`` when its mean reward is >= its ``easy_threshold`` (0.5), not when every rollout is correct, so
+    a group of equal partial rewards (e.g. 0.67 each, none correct) counts as all right here. On the seven
+    regime B cells that kept both files, every count behind the probabilities and the zero-variance share
+    matched ``groups.csv``, and the all-right share differed by less than 1 point. The correct counts of
+    groups with variance and the reward values are made up. Rows of prompts that were drawn but not rolled
+    out (``skipped``, ``unused``) are left out. In step order, like ``read_groups``.
+    """
+    import csv
+
+    out = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            status = row["status"]
+            if status not in SELECTION_STATUSES:
+                continue
+            right = SELECTION_STATUSES[status]
+            correct = 1 if right is None else g * right
+            lo, hi = (0.0, 1.0) if right is None else (float(right), float(right))
+            epoch = int(row["epoch"]) if row.get("epoch") not in ("", None) else None
+            out.append(GroupRecord(int(row["step"]), epoch, int(row["prompt_id"]), int(g), correct, lo, hi))
+    return sorted(out, key=lambda r: r.step)
 
 
 def zero_variance(r: GroupRecord) -> bool:
@@ -223,16 +267,17 @@ def verdict(s: SelectionStats) -> str:
         why = (f"only {s.revisits} groups revisited a prompt (it needs {MIN_REVISITS}; train longer)"
                if s.revisits < MIN_REVISITS else "no revisit followed a zero-variance visit")
         return (f"{REFILL[0].upper() + REFILL[1:]} is the family to try: {zv:.0%} of rollouts went to zero-variance "
-                f"groups; {HISTORY} cannot be judged from this run: {why}.")
+                f"groups; {HISTORY} cannot be judged from this run: {why}. {STEPS_CAVEAT}")
     p = s.p_now_given_before
     if p >= PERSISTENCE:
         return (f"{HISTORY[0].upper() + HISTORY[1:]} is likely to help: {zv:.0%} of rollouts went to zero-variance "
                 f"groups and zero variance persists (P(zero-variance now | at the previous visit) = {p:.2f} >= "
                 f"{PERSISTENCE}), with {s.after_zero_variance:.0%} of rollouts on prompts it could have skipped; "
-                f"{REFILL} would still generate those rollouts before discarding them.")
+                f"{REFILL} would still generate those rollouts before discarding them. {STEPS_CAVEAT}")
     return (f"{REFILL[0].upper() + REFILL[1:]} is likely to help and {HISTORY} is not: {zv:.0%} of rollouts went to "
             f"zero-variance groups, but zero variance is transient (P(zero-variance now | at the previous visit) = "
-            f"{p:.2f} < {PERSISTENCE}), so skipping by history would drop groups that have variance again.")
+            f"{p:.2f} < {PERSISTENCE}), so skipping by history would drop groups that have variance again. "
+            f"{STEPS_CAVEAT}")
 
 
 def _p(x: float) -> str:
