@@ -15,12 +15,15 @@ Definitions (logged per step as ``rollouts/...`` and cumulatively as ``cumulativ
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
 from lit_rlvr.advantages import zero_variance_groups
 from lit_rlvr.types import RolloutBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lit_rlvr.types import RolloutStats
 
 
 @dataclass
@@ -96,6 +99,77 @@ def add_pruned(metrics: dict[str, float], extra: dict[str, float]) -> None:
     metrics["rollouts/generated"] = metrics.get("rollouts/generated", 0.0) + pruned
     metrics["tokens/generated"] = metrics.get("tokens/generated", 0.0) + float(extra.get("tokens_pruned", 0.0))
     metrics["time/prune_s"] = float(extra.get("prune_seconds", 0.0))
+
+
+def rollout_metrics(batch: RolloutBatch, correct: torch.Tensor, rollout: "RolloutStats") -> dict[str, float]:
+    """This rank's per-step rollout metrics: ``step_metrics`` with a pruner's rollouts counted in (``add_pruned``)."""
+    metrics = step_metrics(batch, correct)
+    add_pruned(metrics, rollout.extra)
+    return metrics
+
+
+SUMMED_COUNTS = (
+    "rollouts/generated", "rollouts/pruned", "rollouts/effective", "rollouts/in_gradient", "tokens/generated",
+    "groups/generated", "groups/in_gradient",
+)
+"""The per-step counts summed over ranks into ``Totals`` (``rank_counts``, ``add_to_totals``)."""
+
+
+def rank_counts(metrics: dict[str, float], rollout: "RolloutStats") -> list[float]:
+    """What this rank adds to the totals, to be summed over ranks: ``SUMMED_COUNTS`` of ``metrics``
+    (``rollout_metrics``), then the rollout's round-cap hit, reward errors and reward timeouts."""
+    local = [metrics.get(k, 0.0) for k in SUMMED_COUNTS]
+    return local + [float(rollout.hit_round_cap), rollout.reward_errors, rollout.reward_timeouts]
+
+
+def add_to_totals(totals: Totals, summed: Sequence[float]) -> None:
+    """Add one step's ``rank_counts``, summed over ranks, to the running ``totals`` (in place)."""
+    update_totals(totals, dict(zip(SUMMED_COUNTS, summed)))
+    totals.round_cap_hits += int(summed[-3])
+    totals.reward_errors += int(summed[-2])
+    totals.reward_timeouts += int(summed[-1])
+
+
+def step_log_metrics(
+    metrics: dict[str, float],
+    batch: RolloutBatch,
+    rollout: "RolloutStats",
+    update: dict[str, float],
+    *,
+    lr: float,
+    reward_names: Sequence[str],
+    totals: Totals,
+    nonfinite: dict[str, float],
+    selectors: Sequence[tuple[str, dict[str, float]]],
+) -> dict[str, float]:
+    """Everything stage 8 logs for one step, as a new dict (no argument is changed).
+
+    Args:
+        metrics: this rank's ``rollout_metrics``.
+        batch: the step's batch (each reward's mean over its rollouts).
+        rollout: the rollout loop's stats (rounds, reward errors and timeouts, seconds).
+        update: the updater's metrics (``Updater.run``): ``seconds`` becomes ``time/update_s``, the rest ``train/<key>``.
+        lr: the learning rate after the step.
+        reward_names: the configured rewards, in order (``reward/<name>``).
+        totals: the running totals with this step added (``cumulative/...``).
+        nonfinite: the non-finite guard's metrics.
+        selectors: (class name, metrics) of each selection callback, in list order (``select/<class>/<key>``).
+    """
+    return {
+        **metrics,
+        "rewards/errors": float(rollout.reward_errors),
+        "rewards/timeouts": float(rollout.reward_timeouts),
+        "rollouts/rounds": float(rollout.rounds),
+        "time/rollout_s": rollout.rollout_seconds,
+        "time/reward_s": rollout.reward_seconds,
+        "time/update_s": update["seconds"],
+        "train/lr": lr,
+        **{f"train/{k}": v for k, v in update.items() if k != "seconds"},
+        **{f"reward/{name}": mean_or_nan(batch.reward_components.get(name)) for name in reward_names},
+        **cumulative_metrics(totals),
+        **nonfinite,
+        **{f"select/{name}/{k}": float(v) for name, values in selectors for k, v in values.items()},
+    }
 
 
 def update_totals(totals: Totals, metrics: dict[str, float]) -> None:

@@ -24,12 +24,12 @@ import torch
 from lit_rlvr.collate import TrainingTensors, pack_sequences, policy_logprobs
 from lit_rlvr.g2d.preferences import PreferenceBatch
 from lit_rlvr.losses import dpo_loss
-from lit_rlvr.module import EvalSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.policy import LoraSettings, PolicyConfig
 from lit_rlvr.policy_module import PolicyModule
-from lit_rlvr.sharding import ShardingSettings
+from lit_rlvr.prompts import encode_prompt_text
 from lit_rlvr.rewards import RewardFunction
-from lit_rlvr.rollout.loop import encode_prompt_text
+from lit_rlvr.settings import EvalSettings, OptimizerSettings, RolloutSettings
+from lit_rlvr.sharding import ShardingSettings
 
 PreferenceLoss = Callable[..., torch.Tensor]
 """``loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta) -> scalar`` over [B] log-probs."""
@@ -76,8 +76,9 @@ class DPOModule(PolicyModule):
         if beta <= 0:
             raise ValueError(f"model.beta must be > 0, got {beta}")
         super().__init__(
-            policy, rollout, optimizer, evaluation, rewards, accuracy_reward, seed,
-            export_dir, export_merged, checkpoint_every_n_steps, sharding,
+            policy=policy, rollout=rollout, optimizer=optimizer, evaluation=evaluation, rewards=rewards,
+            accuracy_reward=accuracy_reward, seed=seed, export_dir=export_dir, export_merged=export_merged,
+            checkpoint_every_n_steps=checkpoint_every_n_steps, sharding=sharding,
         )
         self.beta = beta
         self.loss_fn = loss_fn

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import torch
 
@@ -99,9 +99,16 @@ class RewardFailureGuard:
         self.limit = limit
         self.in_a_row: dict[str, int] = {}
         """Per reward name: steps in a row in which every call of it failed or timed out."""
+        self.before: dict[str, tuple[int, int]] = {}
+        """The scorer's call counts at the start of the current step (``begin_step``; not checkpointed)."""
 
-    def check(self, module: Any, before: dict[str, tuple[int, int]]) -> None:
-        """Count this step from the scorer's counts ``before`` it (``RewardScorer.call_counts``); raise at the limit."""
+    def begin_step(self, counts: dict[str, tuple[int, int]]) -> None:
+        """Remember the scorer's counts (``RewardScorer.call_counts``) before this step's first reward call."""
+        self.before = counts
+
+    def check(self, module: Any, before: Optional[dict[str, tuple[int, int]]] = None) -> None:
+        """Count this step from the scorer's counts ``before`` it (default: ``begin_step``'s); raise at the limit."""
+        before = self.before if before is None else before
         scorer, now = module.scorer, module.scorer.call_counts()
         names = list(now)
         local = [float(now[n][i] - before.get(n, (0, 0))[i]) for n in names for i in (0, 1)]

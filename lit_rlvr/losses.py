@@ -39,7 +39,7 @@ def loss_sequences(mask: torch.Tensor) -> float:
     verl by default since its PR #4510 dropped the "exclude fully masked sequences" step
     (an ``exclude_fully_masked_seq`` option was proposed later); lit-rlvr keeps the
     exclusion so that a rollout's loss weight does not depend on how many others were
-    masked. ``Normalizer.of`` and ``GRPOModule._global_normalizer`` both count with this.
+    masked. ``Normalizer.of`` and ``Updater.normalizer`` (``lit_rlvr.update``) both count with this.
     """
     return float((mask.sum(dim=1) > 0).sum())  # [N, L] -> rows with a loss token
 

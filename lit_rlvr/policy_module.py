@@ -9,7 +9,7 @@ those parts once, so the three differ only in their step:
 - policy loading (``configure_model``; FSDP2 sharding under ModelParallelStrategy,
   ``lit_rlvr.sharding``) and the frozen reference (LoRA's disabled
   adapter, or a frozen copy when there is no adapter and a subclass asks for one);
-- the rollout engine, built lazily from ``rollout_settings``;
+- the rollout engine and the rollout loop over it, built lazily from ``rollout_settings``;
 - held-out accuracy (``correctness``, ``validation_step``, the step-0 measure), so
   every objective is compared on one axis;
 - the optimizer (AdamW, linear warm-up), periodic checkpoints, LoRA-only checkpoint
@@ -39,7 +39,7 @@ from lit_rlvr.preemption import StopOnSignal, abandonable
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
 from lit_rlvr.rollout import SamplingConfig, build_engine
-from lit_rlvr.rollout.loop import flatten, generate_for_eval
+from lit_rlvr.rollout.loop import RolloutLoop, flatten, generate_for_eval
 from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, is_sharded, shard_policy, unsharded_for_export
 from lit_rlvr.types import Completion, PromptPool
 
@@ -71,6 +71,7 @@ class PolicyModule(pl.LightningModule):
 
     def __init__(
         self,
+        *,
         policy: PolicyConfig,
         rollout: "RolloutSettings",
         optimizer: "OptimizerSettings",
@@ -105,6 +106,7 @@ class PolicyModule(pl.LightningModule):
         self.tokenizer: Any = None
         self._reference: list[torch.nn.Module] = []  # a list hides it from state_dict and .to()
         self._engine: Any = None
+        self._rollout_loop: Optional[RolloutLoop] = None
         self.val_pass_at_1 = PassAtOne()
         self.val_mean_at_k = MeanAtK(max(evaluation.num_samples, 1))
         self.strict_loading = False  # LoRA checkpoints hold the adapter only
@@ -140,6 +142,15 @@ class PolicyModule(pl.LightningModule):
                 self.rollout_settings.engine, self.policy, self.tokenizer, **self.rollout_settings.engine_options
             )
         return self._engine
+
+    @property
+    def rollout_loop(self) -> RolloutLoop:
+        """Rounds of generation and scoring over the engine, sampling as ``rollout_settings`` say (built once)."""
+        if self._rollout_loop is None:
+            r = self.rollout_settings
+            sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
+            self._rollout_loop = RolloutLoop(self.engine, self.tokenizer, self.scorer, sampling)
+        return self._rollout_loop
 
     def setup(self, stage: str) -> None:
         self.configure_model()

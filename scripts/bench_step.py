@@ -59,7 +59,7 @@ from lit_rlvr.module import GRPOModule, LossSettings, OptimizerSettings, Rollout
 from lit_rlvr.policy import LoraSettings, PolicyConfig
 from lit_rlvr.rewards import ReasoningGymReward
 from lit_rlvr.types import RolloutBatch
-from lit_rlvr.update import plan_update
+from lit_rlvr.update import Updater, plan_update
 
 PATHS = {  # name -> (skip_zero_advantage, share_prompt_prefix)
     "old": (False, False),  # every kept row, every row's prompt (the update before issue 18)
@@ -96,17 +96,30 @@ def quickstart_data() -> PromptDataModule:
     return PromptDataModule(source, batch_size=8, val_batch_size=64, system_prompt="Answer with a single number.")
 
 
+class PathSwitchingUpdater(Updater):
+    """The module's own update, on the path the schedule names for this step; keeps each phase's last batch."""
+
+    def __init__(self, module: "BenchModule") -> None:
+        super().__init__(module, loss=module.loss_settings, rollout=module.rollout_settings,
+                         optimizer=module.optimizer_settings, nonfinite=module.nonfinite)
+        self.module = module
+
+    def run(self, batch: RolloutBatch) -> dict[str, float]:
+        phase, path = self.module.schedule[self.module.steps_done]
+        apply_path(self.module, "skip+prefix" if path == "warmup" else path)
+        self.module.last_batch[phase] = batch
+        return super().run(batch)
+
+
 class BenchModule(GRPOModule):
-    """GRPOModule whose update path is switched per step by the schedule; keeps each phase's last batch."""
+    """GRPOModule whose update path is switched per step by the schedule (``PathSwitchingUpdater``)."""
 
     schedule: list[tuple[str, str]] = []  # per step: (phase, path)
     last_batch: dict[str, RolloutBatch] = {}
 
-    def _update(self, batch: RolloutBatch) -> dict[str, float]:
-        phase, path = self.schedule[self.steps_done]
-        apply_path(self, "skip+prefix" if path == "warmup" else path)
-        self.last_batch[phase] = batch
-        return super()._update(batch)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.updater = PathSwitchingUpdater(self)
 
 
 class SolveMostGroups(SelectionCallback):
@@ -179,11 +192,11 @@ def gemm_gflops(n: int, seconds: float) -> dict[str, float]:
 def plan_for(module: GRPOModule, batch: RolloutBatch, path: str):
     rows = torch.nonzero(batch.keep).flatten()
     tensors = collate_rollouts(batch, rows, module._pad_id, module.rollout_settings.mask_truncated)
-    normalizer = module._global_normalizer(tensors)
+    normalizer = module.updater.normalizer(tensors)
     s = module.loss_settings
     apply_path(module, path)
     plan = plan_update(tensors, skip_rows=PATHS[path][0], micro_batch_size=s.micro_batch_size,
-                       micro_batch_tokens=s.micro_batch_tokens, empty_row=module._empty_row)
+                       micro_batch_tokens=s.micro_batch_tokens, empty_row=module.updater.empty_row)
     return plan, normalizer, tensors
 
 
@@ -195,7 +208,7 @@ def update_flops(module: GRPOModule, batch: RolloutBatch, path: str) -> dict[str
     counter = FlopCounterMode(display=False)
     with counter:
         for mb in plan.micro_batches:
-            loss, _ = module._micro_batch_loss(mb, normalizer)
+            loss, _ = module.updater.micro_batch_loss(mb, normalizer)
             loss.backward()
     module.policy.zero_grad(set_to_none=True)
     total = float(counter.get_total_flops())

@@ -16,6 +16,7 @@ from lit_rlvr.losses import Normalizer
 from lit_rlvr.module import GRPOModule, LossSettings, RolloutSettings
 from lit_rlvr.policy import LoraSettings, PolicyConfig
 from lit_rlvr.rewards import CallableReward
+from lit_rlvr.update import Updater
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -87,7 +88,7 @@ def _grads(module: GRPOModule, tensors: TrainingTensors, micro: int) -> torch.Te
         max_len=6,
     )
     for mb in tensors.micro_batches(micro):
-        loss, _ = module._micro_batch_loss(mb, norm)
+        loss, _ = module.updater.micro_batch_loss(mb, norm)
         loss.backward()
     return torch.cat([p.grad.flatten() for p in module.policy.parameters() if p.grad is not None])
 
@@ -110,8 +111,9 @@ def test_the_module_normaliser_counts_sequences_like_normalizer_of():
     Tokens 4 + 2 = 6; sequences with a loss token: 2; L_max = max_new_tokens = 8.
     """
     mask = torch.tensor([[1.0, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
-    fake = SimpleNamespace(device="cpu", trainer=SimpleNamespace(world_size=1), rollout_settings=SimpleNamespace(max_new_tokens=8))
-    module_norm = GRPOModule._global_normalizer(fake, SimpleNamespace(completion_mask=mask))
+    fake = SimpleNamespace(device="cpu", trainer=SimpleNamespace(world_size=1))
+    updater = Updater(fake, loss=LossSettings(), rollout=SimpleNamespace(max_new_tokens=8), optimizer=None, nonfinite=None)
+    module_norm = updater.normalizer(SimpleNamespace(completion_mask=mask))
     assert module_norm == Normalizer.of(mask, max_len=8) == Normalizer(num_tokens=6.0, num_sequences=2.0, max_len=8.0)
 
 

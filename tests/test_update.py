@@ -117,7 +117,7 @@ def _ragged(module: GRPOModule, n: int = 6, seed: int = 0) -> TrainingTensors:
 def _gradient(module: GRPOModule, micro: list[TrainingTensors], norm: Normalizer) -> torch.Tensor:
     module.policy.zero_grad()
     for mb in micro:
-        loss, _ = module._micro_batch_loss(mb, norm)
+        loss, _ = module.updater.micro_batch_loss(mb, norm)
         loss.backward()
     return torch.cat([p.grad.flatten() for p in module.policy.parameters() if p.grad is not None])
 
@@ -179,7 +179,7 @@ def test_the_first_iteration_records_the_old_logprobs():
     t.old_logprobs = None
     with torch.no_grad():
         separate = policy_logprobs(module.policy, t)  # [N, L]: what the separate pass computed
-    module._micro_batch_loss(t, Normalizer.of(t.completion_mask))
+    module.updater.micro_batch_loss(t, Normalizer.of(t.completion_mask))
     torch.testing.assert_close(t.old_logprobs, separate, atol=1e-6, rtol=0)
     assert not t.old_logprobs.requires_grad
 
@@ -206,7 +206,7 @@ def test_shared_prompts_give_the_same_logprobs_and_gradient(lora):
     """Each distinct prompt once, its keys/values gathered per row, against every row's full forward."""
     from lit_rlvr.collate import policy_logprobs
     from lit_rlvr.policy import LoraSettings
-    from lit_rlvr.prefix import prompt_groups, shared_prompt_logprobs
+    from lit_rlvr.update.prefix import prompt_groups, shared_prompt_logprobs
 
     pl.seed_everything(0, verbose=False)
     module = GRPOModule(policy=PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4, alpha=8) if lora else None))
@@ -238,8 +238,8 @@ def test_the_placeholder_row_runs_through_shared_prompts():
     pl.seed_everything(0, verbose=False)
     module = GRPOModule(policy=PolicyConfig(name_or_path="tiny"), loss=LossSettings(share_prompt_prefix=True))
     module.configure_model()
-    row = module._empty_row()
-    loss, parts = module._micro_batch_loss(row, Normalizer.of(row.completion_mask))
+    row = module.updater.empty_row()
+    loss, parts = module.updater.micro_batch_loss(row, Normalizer.of(row.completion_mask))
     loss.backward()
     assert parts["loss"] == 0.0
     assert all(p.grad is None or float(p.grad.abs().max()) == 0.0 for p in module.policy.parameters())

@@ -17,14 +17,13 @@ from typing import Any, Optional
 
 import torch
 
-from lit_rlvr.callbacks.base import FixedGroupAllocator, seeded_generator
 from lit_rlvr.g2d.pairs import PairRule, random_pairs
-from lit_rlvr.module import EvalSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.policy import PolicyConfig
 from lit_rlvr.policy_module import PolicyModule
+from lit_rlvr.prompts import render_prompt_text
 from lit_rlvr.rewards import RewardFunction
-from lit_rlvr.rollout import SamplingConfig
-from lit_rlvr.rollout.loop import RolloutLoop, render_prompt_text
+from lit_rlvr.selection import FixedGroupAllocator, seeded_generator
+from lit_rlvr.settings import EvalSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.types import PromptPool
 
 
@@ -86,23 +85,14 @@ class HarvestModule(PolicyModule):
         if pairs_per_prompt < 1:
             raise ValueError(f"model.pairs_per_prompt must be >= 1, got {pairs_per_prompt}")
         super().__init__(
-            policy, rollout, OptimizerSettings(), EvalSettings(), rewards, accuracy_reward, seed,
-            checkpoint_every_n_steps=None,
+            policy=policy, rollout=rollout, optimizer=OptimizerSettings(), evaluation=EvalSettings(), rewards=rewards,
+            accuracy_reward=accuracy_reward, seed=seed, checkpoint_every_n_steps=None,
         )
         self.pair_rule = pair_rule
         self.pairs_per_prompt = pairs_per_prompt
-        self._loop: Optional[RolloutLoop] = None
 
     def on_predict_start(self) -> None:
         self.policy.eval()
-
-    @property
-    def rollout_loop(self) -> RolloutLoop:
-        if self._loop is None:
-            r = self.rollout_settings
-            sampling = SamplingConfig(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-            self._loop = RolloutLoop(self.engine, self.tokenizer, self.scorer, sampling)
-        return self._loop
 
     @torch.no_grad()
     def predict_step(self, pool: PromptPool, batch_idx: int, dataloader_idx: int = 0) -> list[HarvestRecord]:

@@ -8,7 +8,7 @@ candidates per step, ``draw`` for refills), ``RolloutLoop`` (rounds planned by t
 allocator, one engine call per round, each round scored by a ``RewardScorer``; with a
 pruner, ``rollout.pruning.run_pruned_round``), and ``GRPOModule.training_step`` itself:
 ``SimModule`` subclasses ``GRPOModule`` and replaces only the parts that touch a neural
-network (``_update``: the optimizer step) and Lightning's logger. So the observe hook, the
+network (its ``updater``, stage 7: ``standins.SimUpdater``) and Lightning's logger. So the observe hook, the
 filters ANDed in list order, ``grpo_advantages`` and the ``accounting`` counters are the
 trainer's own code. Where a selector itself needs a network (LEEPS's prompt encoder, ARRoL's
 hidden states), ``adapters`` plugs a stand-in into that selector's own interface.
@@ -21,7 +21,7 @@ Modules, one job each
 * ``config``: ``SimConfig``, every constant of the dynamics and scale.
 * ``learning``: ``group_weights``, how much a group in the gradient moves the skill (the signals).
 * ``policy``: ``SimPolicy``: difficulties, seeded outcomes, skill, synthetic embeddings, head signal.
-* ``standins``: ``SimEngine``, ``SimReward``, ``SimTokenizer``, ``SimSource``, ``SimTrainer``, ``SimModule``.
+* ``standins``: ``SimEngine``, ``SimReward``, ``SimTokenizer``, ``SimSource``, ``SimTrainer``, ``SimUpdater``, ``SimModule``.
 * ``adapters``: LEEPS's encoder and ARRoL's scale in the simulator.
 * ``oracle``: ``Oracle``, the allocator that peeks at outcomes (the bound).
 * ``strategies``: ``strategy_spec``: a strategy from its method config.

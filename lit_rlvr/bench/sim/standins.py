@@ -10,8 +10,9 @@
   With ``return_hidden_states`` each completion carries ``SimPolicy.head_features`` of its signal.
 * ``SimReward``: 1 if the rollout with that code is correct, else 0.
 * ``SimTrainer``: the ``Trainer`` attributes the module and the selectors read.
-* ``SimModule``: ``GRPOModule`` whose ``training_step`` runs unchanged; only the optimizer step
-  (``_update``) and logging are simulated.
+* ``SimUpdater``: stage 7, simulated: the in-gradient groups move the simulated skill.
+* ``SimModule``: ``GRPOModule`` whose ``training_step`` runs unchanged, with a ``SimUpdater`` as its
+  updater and logging simulated.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from lit_rlvr.rewards.base import RewardFunction
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
 from lit_rlvr.types import Completion, RolloutBatch
 
-__all__ = ["SimEngine", "SimModule", "SimReward", "SimSource", "SimTokenizer", "SimTrainer"]
+__all__ = ["SimEngine", "SimModule", "SimReward", "SimSource", "SimTokenizer", "SimTrainer", "SimUpdater"]
 
 
 class SimSource(PromptSource):
@@ -150,8 +151,28 @@ class _NoScheduler:
         return [0.0]
 
 
+class SimUpdater:
+    """Stage 7, simulated (``GRPOModule.updater``): the in-gradient groups (kept, non-zero advantage) move the skill."""
+
+    def __init__(self, sim: SimPolicy, rollout: RolloutSettings) -> None:
+        self.sim = sim
+        self.rollout = rollout
+        self.last_gain = 0.0
+        """The skill gain of the last update (``SimPolicy.learn``)."""
+
+    def run(self, batch: RolloutBatch) -> dict[str, float]:
+        adv = batch.advantages if batch.advantages is not None else torch.zeros(len(batch))
+        in_grad = batch.keep & (adv != 0)  # [N]
+        pool_idx, inverse, n = torch.unique(batch.prompt_index[in_grad], return_inverse=True, return_counts=True)  # [K], [n], [K]
+        correct = (batch.rewards[in_grad] > 0.5).double()  # [n] SimReward is 0 or 1
+        successes = torch.zeros(len(pool_idx), dtype=torch.float64).index_add_(0, inverse, correct)  # [K]
+        ids = batch.pool.ids[pool_idx].numpy()
+        self.last_gain = self.sim.learn(ids, n.numpy(), successes.numpy(), batch.pool.batch_size, self.rollout.num_generations)
+        return {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "seconds": 0.0}
+
+
 class SimModule(GRPOModule):
-    """``GRPOModule`` whose ``training_step`` runs unchanged; only the optimizer step and logging are simulated."""
+    """``GRPOModule`` whose ``training_step`` runs unchanged; only the update (``SimUpdater``) and logging are simulated."""
 
     def __init__(self, sim: SimPolicy, group_size: int, seed: int) -> None:
         super().__init__(
@@ -164,20 +185,12 @@ class SimModule(GRPOModule):
         self._engine = SimEngine(sim)
         self.tokenizer = SimTokenizer()
         self.logged: dict[str, float] = {}
-        self.last_gain = 0.0
+        self.updater = SimUpdater(sim, self.rollout_settings)
 
-    def _update(self, batch: RolloutBatch) -> dict[str, float]:
-        """Stage 7, simulated: the in-gradient groups (kept, non-zero advantage) move the skill."""
-        adv = batch.advantages if batch.advantages is not None else torch.zeros(len(batch))
-        in_grad = batch.keep & (adv != 0)  # [N]
-        pool_idx, inverse, n = torch.unique(batch.prompt_index[in_grad], return_inverse=True, return_counts=True)  # [K], [n], [K]
-        correct = (batch.rewards[in_grad] > 0.5).double()  # [n] SimReward is 0 or 1
-        successes = torch.zeros(len(pool_idx), dtype=torch.float64).index_add_(0, inverse, correct)  # [K]
-        ids = batch.pool.ids[pool_idx].numpy()
-        self.last_gain = self.sim.learn(
-            ids, n.numpy(), successes.numpy(), batch.pool.batch_size, self.rollout_settings.num_generations
-        )
-        return {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "seconds": 0.0}
+    @property
+    def last_gain(self) -> float:
+        """The skill gain of the last (simulated) update."""
+        return self.updater.last_gain
 
     def lr_schedulers(self) -> Any:  # type: ignore[override]
         return _NoScheduler()

@@ -52,5 +52,5 @@ def test_module_update_weighs_in_gradient_groups_by_the_signal(signal, expected)
     batch = RolloutBatch(pool=pool, prompt_index=index, prompt_token_ids=[[]] * 3, completions=[None] * 24, rewards=rewards,
                          round=torch.zeros(24, dtype=torch.long), keep=torch.ones(24, dtype=torch.bool), reward_components={})
     batch.advantages = rewards - torch.stack([rewards[index == g].mean() for g in range(3)])[index]
-    module._update(batch)
+    module.updater.run(batch)
     assert module.last_gain == pytest.approx(expected / 2)  # eta · Σ w / B
