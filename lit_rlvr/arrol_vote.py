@@ -36,6 +36,7 @@ from typing import Any, Optional, Sequence
 import torch
 import yaml
 
+from lit_rlvr.policy import pad_token_id
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
 from lit_rlvr.voting import vote_accuracy, vote_winners
 
@@ -114,8 +115,7 @@ def evaluate(module: Any, data: Any, arrol: Any, k: int, mode: str, max_batches:
     from lit_rlvr.callbacks.quality_head import auc
     from lit_rlvr.prompts import render_prompt
 
-    pad = module.tokenizer.pad_token_id
-    pad_id = int(pad if pad is not None else module.tokenizer.eos_token_id)
+    pad_id = pad_token_id(module.tokenizer)
     records, all_raw, all_correct = [], [], []
     t0 = time.perf_counter()
     for batch_idx, pool in enumerate(data.val_dataloader()):

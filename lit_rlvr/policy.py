@@ -281,6 +281,24 @@ def _prepare_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
+def pad_token_id(tokenizer: Any) -> int:
+    """The id every padded token row uses: the tokenizer's pad token, else its EOS, else an error.
+
+    ``load_tokenizer`` gives every tokenizer a pad token (EOS when it had none), so a loaded policy
+    always pads with ``tokenizer.pad_token_id`` (2 for the tiny model and SmolLM2, whose pad is
+    their EOS). Padded positions are masked out; the id only has to be a real token.
+    """
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None)
+    if pad is None:
+        raise ValueError(
+            f"the tokenizer ({type(tokenizer).__name__}) has neither a pad nor an EOS token, so token rows cannot be "
+            "padded: set tokenizer.pad_token (lit_rlvr.policy.load_tokenizer sets it to the EOS token)"
+        )
+    return int(pad)
+
+
 def load_tokenizer(cfg: PolicyConfig) -> Any:
     """The policy's tokenizer, padding on the left, with a pad token (EOS if it had none)."""
     from transformers import AutoTokenizer

@@ -32,13 +32,16 @@ import logging
 from typing import Any, Optional, Sequence
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
+from typing_extensions import override
 
 from lit_rlvr.advantages import is_zero_variance
 from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import (
     GroupReplacement,
     PartialRollouts,
+    PromptPool,
     RolloutBatch,
     RolloutState,
     RolloutStats,
@@ -59,10 +62,15 @@ __all__ = [
     "SelectionCallback",
     "TokenWeighter",
     "check_composition",
+    "data_order_generator",
     "data_epoch",
     "gather_rows",
     "group_observations",
+    "keep_only",
+    "keep_top",
+    "seed_value",
     "seeded_generator",
+    "top_positions",
     "warn_if_pool_is_batch_sized",
 ]
 
@@ -82,6 +90,7 @@ class SelectionCallback(pl.Callback):
         """
 
     @property
+    @override
     def state_key(self) -> str:
         return self._generate_state_key(**self._state_key_fields())
 
@@ -93,6 +102,15 @@ class SelectionCallback(pl.Callback):
         """``select/<name>/...`` metrics of the last step (the module logs them)."""
         return {}
 
+    def expected_effective_ratio(self) -> Optional[float]:
+        """Optional: the share of this step's groups expected to have reward variance, before any is seen.
+
+        A refilling allocator (``DynamicSampling``) sizes its requests by it where the step has no
+        observation yet, asking its other selectors in list order and taking the first that is not
+        None. The default, None, has no estimate; GRESO gives 1 − its last step's zero-variance ratio.
+        """
+        return None
+
 
 class PromptSelector(SelectionCallback):
     """Pre-rollout: narrow ``pool.keep`` in ``on_train_batch_start(trainer, module, pool, batch_idx)``.
@@ -100,6 +118,17 @@ class PromptSelector(SelectionCallback):
     Lightning calls that hook with the step's ``PromptPool`` before ``training_step``.
     Only set entries of ``pool.keep`` to False; never reorder the pool.
     """
+
+    def filter_pool(self, pool: PromptPool, indices: list[int], step: int, seed: int) -> int:
+        """Optional: set ``pool.keep`` False for prompts among pool ``indices`` this selector skips;
+        returns how many.
+
+        A refilling allocator (``DynamicSampling``) passes the prompts it draws mid-step through
+        every prompt selector's ``filter_pool``, so a skipped prompt is never rolled out. The
+        default keeps them all (returns 0); GRESO skips by its skip probabilities. A selector that
+        ranks a whole pool (DPS, MoPPS, LEEPS) keeps the default: a refill is not re-ranked.
+        """
+        return 0
 
 
 class RolloutAllocator(SelectionCallback):
@@ -126,6 +155,7 @@ class FixedGroupAllocator(RolloutAllocator):
     max_rounds = 1
     plans_whole_groups = True
 
+    @override
     def plan(self, state: RolloutState) -> torch.Tensor:
         counts = torch.zeros(len(state.pool), dtype=torch.long)
         if state.round == 0:
@@ -155,6 +185,7 @@ class RolloutPruner(SelectionCallback):
     def record_outcomes(self, partial: PartialRollouts, keep: torch.Tensor, rewards: torch.Tensor) -> None:
         """After the round: ``rewards`` [n] float32 final rewards of kept rows (NaN for pruned ones)."""
 
+    @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list["SelectionCallback"]) -> None:
         check_composition(selectors)  # at most one pruner (also when set up alone, as in tests)
         max_new = int(pl_module.rollout_settings.max_new_tokens)
@@ -190,6 +221,7 @@ class GroupReviser(SelectionCallback):
     ) -> Revision:
         raise NotImplementedError
 
+    @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list["SelectionCallback"]) -> None:
         check_composition(selectors)  # at most one reviser (also when set up alone, as in tests)
 
@@ -258,12 +290,32 @@ def data_epoch(trainer: Optional[pl.Trainer], step: int) -> Optional[int]:
         return None
 
 
-def seeded_generator(seed: int, step: int, prompt_id: int = -1, salt: str = "") -> torch.Generator:
-    """A CPU generator seeded by (seed, step, prompt id, salt): identical on every rank and on resume."""
+def seed_value(seed: int, step: int, prompt_id: int = -1, salt: str = "") -> int:
+    """The one seed-derivation recipe: a 63-bit seed from (run seed, step, prompt id, salt), by blake2b.
+
+    Identical on every rank and on resume; a distinct ``salt`` per use keeps streams apart.
+    ``seeded_generator`` seeds a generator with it; OC-GRPO's sampling seeds are it mod 2³¹ − 1.
+    """
     digest = hashlib.blake2b(f"{seed}|{step}|{prompt_id}|{salt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def seeded_generator(seed: int, step: int, prompt_id: int = -1, salt: str = "") -> torch.Generator:
+    """A CPU generator seeded by ``seed_value(seed, step, prompt id, salt)``: identical on every rank and on resume."""
     gen = torch.Generator()
-    gen.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    gen.manual_seed(seed_value(seed, step, prompt_id, salt))
     return gen
+
+
+def data_order_generator(*parts: int) -> torch.Generator:
+    """A CPU generator for the data order, seeded from non-negative ints (the run seed, a salt, an epoch or key).
+
+    A legacy recipe kept beside ``seed_value``: numpy's ``SeedSequence`` over ``parts``, the top 63
+    bits of its first word. The data module's epoch permutations and draws and G2D's pair order use
+    it; moving them to ``seed_value`` would reshuffle every run's prompt pools, so they keep it.
+    """
+    state = np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(state >> np.uint64(1)))
 
 
 def gather_rows(trainer: Optional[pl.Trainer], rows: torch.Tensor) -> torch.Tensor:
@@ -301,3 +353,33 @@ def group_observations(batch: RolloutBatch, mask: Optional[torch.Tensor] = None)
     lo = torch.full((k,), float("inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amin")  # [K]
     hi = torch.full((k,), float("-inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amax")  # [K]
     return torch.stack([batch.pool.ids[uniq].double(), n, total, is_zero_variance(hi - lo).double()], dim=1).reshape(-1, 4)
+
+
+# --------------------------------------------------------------------------- choosing B of the pool
+
+
+def top_positions(scores: Any, k: int, largest: bool = True) -> np.ndarray:
+    """[min(k, n)] positions of the k largest (``largest=False``: smallest) of ``scores`` [n], best
+    first; ties keep their order in ``scores`` (a stable sort: pool order, the same on every rank)."""
+    scores = np.asarray(scores)
+    return np.argsort(-scores if largest else scores, kind="stable")[:k]
+
+
+def keep_only(pool: PromptPool, eligible: np.ndarray, picks: np.ndarray) -> None:
+    """Narrow ``pool.keep`` to the pool indices ``eligible[picks]`` (``picks``: positions in ``eligible``).
+
+    Nothing changes when the pool has at most B eligible candidates: every one of them is kept.
+    """
+    if len(eligible) > pool.batch_size:
+        keep = torch.zeros(len(pool), dtype=torch.bool)
+        keep[torch.from_numpy(eligible[picks])] = True
+        pool.keep &= keep
+
+
+def keep_top(pool: PromptPool, eligible: np.ndarray, scores: Any, largest: bool = True) -> np.ndarray:
+    """The pre-rollout tail of a selector ranking the eligible candidates: keep the B (``pool.batch_size``)
+    with the largest ``scores`` [E] (one per entry of ``eligible``; ``largest=False``: the smallest) and
+    return their positions in ``eligible``, best first (``top_positions``, ``keep_only``)."""
+    order = top_positions(scores, pool.batch_size, largest)
+    keep_only(pool, eligible, order)
+    return order

@@ -183,7 +183,7 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
     pass-rate histogram, greedy pass@1 on the train and held-out prompts, and the log.
     ``out`` loads with ``policy.name_or_path: <out>``.
     """
-    from lit_rlvr.policy import PolicyConfig, load_policy
+    from lit_rlvr.policy import PolicyConfig, load_policy, pad_token_id
 
     s = settings
     torch.manual_seed(s.seed)
@@ -213,7 +213,7 @@ def warm_up(config: str | Path, settings: WarmupSettings, out: str | Path, log=p
     model.train()
     for step in range(1, s.max_steps + 1):
         idx = torch.randint(len(examples), (s.batch_size,), generator=gen).tolist()
-        loss = answer_loss(model, *sft_batch([examples[i] for i in idx], tok.pad_token_id))
+        loss = answer_loss(model, *sft_batch([examples[i] for i in idx], pad_token_id(tok)))
         opt.zero_grad()
         loss.backward()
         opt.step()

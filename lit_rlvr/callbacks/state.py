@@ -7,10 +7,39 @@ larger prompt ids appear, so selectors need not know the dataset size.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
+
+
+def require_keys(owner: str, state: Mapping[str, Any], required: Iterable[str], optional: Iterable[str] = ()) -> None:
+    """Fail when a checkpoint's selector state lacks a ``required`` key or holds one neither required nor ``optional``.
+
+    A tolerant load would resume a renamed key with default state and say nothing; this says which
+    state (``owner``: the selector's name and ``state_key``, or one of its parts), which key, and the
+    keys the checkpoint has. Keys a later version added are ``optional``, each with its default
+    documented where it is loaded. To start a selector fresh on a checkpoint written with another
+    layout, delete its entry from the checkpoint's ``"callbacks"`` (``torch.load`` the file,
+    ``del ckpt["callbacks"][state_key]``, ``torch.save``): Lightning then leaves it at its initial state.
+    """
+    required = list(required)
+    known = set(required) | set(optional)
+    missing = [k for k in required if k not in state]
+    unknown = sorted((str(k) for k in state if k not in known))
+    if missing or unknown:
+        what = ", ".join(([f"no key {k!r}" for k in missing]) + [f"an unknown key {k!r}" for k in unknown])
+        raise ValueError(
+            f"{owner}: the checkpoint's state has {what} (the checkpoint has "
+            f"{sorted(str(k) for k in state)}, this version reads {sorted(known)}). Resume with the version that "
+            "wrote it, or start this selector fresh: delete its entry from the checkpoint's \"callbacks\" "
+            "(lit_rlvr.callbacks.state.require_keys)"
+        )
+
+
+def selector_name(selector: Any) -> str:
+    """``"GRESO (state key 'GRESO{...}')"``: how ``require_keys`` names a selector."""
+    return f"{type(selector).__name__} (state key {selector.state_key!r})"
 
 
 class PromptTable:
@@ -61,10 +90,11 @@ class PromptTable:
     def state_dict(self) -> dict[str, np.ndarray]:
         return {name: arr.copy() for name, arr in self._data.items()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], owner: str = "PromptTable") -> None:
+        """Every column, and no other (``require_keys``; ``owner`` names the table in the error)."""
+        require_keys(owner, state, self._spec)
         for name in self._spec:
-            if name in state:
-                self._data[name] = np.array(state[name], dtype=self._spec[name][0])
+            self._data[name] = np.array(state[name], dtype=self._spec[name][0])
 
 
 def table_state(table: PromptTable) -> dict[str, torch.Tensor]:
@@ -87,8 +117,10 @@ class TableHistory:
         return {"table": table_state(self.table), "updates": self.updates}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.table.load_state_dict(state_dict.get("table", {}))
-        self.updates = int(state_dict.get("updates", 0))
+        owner = selector_name(self)
+        require_keys(owner, state_dict, ("table", "updates"))
+        self.table.load_state_dict(state_dict["table"], f"{owner} table")
+        self.updates = int(state_dict["updates"])
 
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)

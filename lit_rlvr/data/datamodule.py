@@ -41,22 +41,16 @@ from collections import OrderedDict
 from typing import Any, Iterator, Optional
 
 import lightning as L
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rlvr.data.sources import PromptRecord, PromptSource
+from lit_rlvr.selection import data_order_generator
 from lit_rlvr.types import PromptPool
 
 __all__ = ["PromptDataModule"]
 
 _DRAW_SALT = 0x5EED_D4A3  # separates draw() streams from epoch permutations
-
-
-def _derived_seed(*parts: int) -> int:
-    """A well-mixed 63-bit seed from a tuple of non-negative ints (numpy SeedSequence)."""
-    state = np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0]
-    return int(state >> np.uint64(1))
 
 
 class _TrainPoolStream(IterableDataset):
@@ -224,7 +218,7 @@ class PromptDataModule(L.LightningDataModule):
     def _permutation(self, epoch: int) -> torch.Tensor:
         perm = self._perms.get(epoch)
         if perm is None:
-            g = torch.Generator().manual_seed(_derived_seed(self.seed, epoch))
+            g = data_order_generator(self.seed, epoch)
             perm = torch.randperm(self.num_train, generator=g)
             self._perms[epoch] = perm
             while len(self._perms) > 2:
@@ -257,7 +251,7 @@ class PromptDataModule(L.LightningDataModule):
         excluded = set(torch.as_tensor(exclude if exclude is not None else [], dtype=torch.long).tolist())
         if n < 0 or n > self.num_train - len(excluded):
             raise ValueError(f"draw: cannot draw {n} prompts from {self.num_train - len(excluded)} not excluded")
-        g = torch.Generator().manual_seed(_derived_seed(self.seed, _DRAW_SALT, int(key)))
+        g = data_order_generator(self.seed, _DRAW_SALT, int(key))
         perm = torch.randperm(self.num_train, generator=g).tolist()
         ids = [i for i in perm if i not in excluded][:n]
         return self._collate([self.train_records[i] for i in ids], batch_size=n)

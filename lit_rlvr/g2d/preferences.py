@@ -28,8 +28,9 @@ from typing import Any, Iterator, Optional
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_rlvr.data.datamodule import PromptDataModule, _derived_seed
+from lit_rlvr.data.datamodule import PromptDataModule
 from lit_rlvr.data.sources import PromptSource
+from lit_rlvr.selection import data_order_generator
 
 _PAIR_SALT = 0xD90  # separates pair permutations from prompt-pool permutations
 
@@ -218,7 +219,7 @@ class PreferenceDataModule(PromptDataModule):
         return max(1, math.ceil(len(self.preference_pairs) / (self.pair_batch_size * self._world[1])))
 
     def _pair_permutation(self, epoch: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(_derived_seed(self.seed, _PAIR_SALT, epoch))
+        g = data_order_generator(self.seed, _PAIR_SALT, epoch)
         return torch.randperm(len(self.preference_pairs), generator=g)
 
     def batch(self, epoch: int, j: int) -> PreferenceBatch:

@@ -49,6 +49,7 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 
 from lit_rlvr.collate import left_pad
+from lit_rlvr.policy import pad_token_id
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
 from lit_rlvr.rollout.decode import decode
 from lit_rlvr.rollout.gen_model import GENERATION_DTYPES, GenerationModel, resolve_generation_dtype
@@ -207,8 +208,7 @@ class HFEngine:
         self.stop_token_ids = [int(t) for t in stop_token_ids]
         if not self.stop_token_ids:
             raise ValueError("no stop token: the tokenizer has no EOS; pass stop_token_ids=[...]")
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = int(pad) if pad is not None else self.stop_token_ids[0]
+        self.pad_token_id = pad_token_id(tokenizer)
 
     def _hf_model(self) -> Any:
         """The underlying transformers model (under a PEFT wrapper, if any)."""
