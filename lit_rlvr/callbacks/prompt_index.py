@@ -44,12 +44,31 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import torch
 
-from lit_rlvr.callbacks.state import PromptTable
+from lit_rlvr.callbacks.state import PromptTable, require_keys
 
-__all__ = ["PromptIndex", "import_faiss"]
+__all__ = ["PromptIndex", "check_index_state", "import_faiss"]
 
 _COLUMNS = {"row": (np.int64, -1), "embedded_step": (np.int64, -1), "nbr_step": (np.int64, -1), "version": (np.int64, -1)}
 """Per prompt id: FAISS row, step embedded, step its cached neighbours were searched, upsert count when embedded."""
+
+_STATE = ("ids", "vectors", "embedded_step")
+"""Keys of every saved index (``PromptIndex.state_dict``) but the empty state of one never built."""
+_STATE_IVF = ("ivf_centroids", "ivf_trained_at")
+"""Keys of an IVF index once trained (absent before)."""
+_STATE_CACHE = ("nbr_ids", "nbr_nbr", "nbr_cos", "nbr_at", "nbr_step", "version", "upserts")
+"""Keys of the neighbour cache (``neighbour_cache: true``; absent without it: ``upserts`` is then 0)."""
+_STATE_LEGACY = ("nbr",)
+"""13f0cc5's cache (``nbr_ids``, ``nbr``, ``nbr_step``, without ``nbr_nbr``): not loaded, the cache is rebuilt."""
+
+
+def check_index_state(owner: str, state: dict[str, Any]) -> None:
+    """``require_keys`` for a saved ``PromptIndex``: every key of its layout (IVF and cache keys in
+    whole groups, when present), none unknown; an empty state (an index never built) passes."""
+    if not state:
+        return
+    required = [*_STATE, *(_STATE_IVF if "ivf_centroids" in state else ()), *(_STATE_CACHE if "nbr_nbr" in state else ())]
+    require_keys(owner, state, required, optional=(*_STATE_IVF, *_STATE_CACHE, *_STATE_LEGACY))
+
 
 _FIX = "install it with `pip install faiss-cpu` (a lit-rlvr dependency; `faiss-gpu` works too)"
 
@@ -421,11 +440,13 @@ class PromptIndex:
             state["upserts"] = torch.tensor(self.upserts)
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        ids = np.asarray(torch.as_tensor(state.get("ids", torch.zeros(0, dtype=torch.long))).numpy(), dtype=np.int64)
-        vectors = np.asarray(torch.as_tensor(state.get("vectors", torch.zeros(0, 0))).numpy(), dtype=np.float32)
+    def load_state_dict(self, state: dict[str, Any], owner: str = "PromptIndex") -> None:
+        """A state of ``state_dict`` (``check_index_state``), or the empty one of an index never built."""
+        check_index_state(owner, state)
+        ids = np.asarray(torch.as_tensor(state["ids"] if state else torch.zeros(0, dtype=torch.long)).numpy(), dtype=np.int64)
+        vectors = np.asarray(torch.as_tensor(state["vectors"] if state else torch.zeros(0, 0)).numpy(), dtype=np.float32)
         self.table = PromptTable(_COLUMNS)
-        if "embedded_step" in state:
+        if state:
             steps = torch.as_tensor(state["embedded_step"]).numpy()
             self.table.load_state_dict({"embedded_step": steps, "row": np.full(len(steps), -1), "nbr_step": np.full(len(steps), -1),
                                         "version": np.full(len(steps), -1)})
@@ -438,7 +459,7 @@ class PromptIndex:
         if "ivf_centroids" in state and self.kind == "ivf" and len(ids):
             self._train_ivf(torch.as_tensor(state["ivf_centroids"]).numpy())
             self._ivf_trained_at = int(state["ivf_trained_at"])
-        self.upserts = int(state.get("upserts", 0))
+        self.upserts = int(state.get("upserts", 0))  # optional: saved with the neighbour cache only
         if "nbr_nbr" in state:
             self._new_cache(int(state["nbr_nbr"].shape[1]))
             version = torch.as_tensor(state["version"]).numpy()

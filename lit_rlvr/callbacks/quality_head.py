@@ -19,6 +19,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from lit_rlvr.callbacks.state import require_keys
+
 __all__ = ["BucketCalibrator", "QualityHead", "auc", "brier", "choose_survivors"]
 
 
@@ -129,7 +131,8 @@ class BucketCalibrator:
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"positive": self.positive.clone(), "negative": self.negative.clone()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], owner: str = "BucketCalibrator") -> None:
+        require_keys(owner, state, ("positive", "negative"))
         self.positive = torch.as_tensor(state["positive"], dtype=torch.float64).clone()
         self.negative = torch.as_tensor(state["negative"], dtype=torch.float64).clone()
 
@@ -212,8 +215,11 @@ class QualityHead:
             "updates": self.updates,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.updates = int(state.get("updates", 0))
+    def load_state_dict(self, state: dict[str, Any], owner: str = "QualityHead") -> None:
+        """``updates``, and the net with its optimizer and replay buffer once it is built (all four or none)."""
+        built = ("net", "optimizer", "features", "outcomes")
+        require_keys(owner, state, ("updates", *built) if "net" in state else ("updates",))
+        self.updates = int(state["updates"])
         if "net" not in state:
             self.net = self.optimizer = None
             return
