@@ -174,6 +174,8 @@ def main(args: Optional[list[str]] = None) -> None:
     set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
     # GRPOModule checkpoints after its optimizer steps on purpose (the state a resumed run continues from).
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
+    # GRPOModule.on_before_batch_transfer attaches the step context to the data module's pools (on purpose).
+    warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
     LitRLVRCLI(
         PolicyModule,
         LightningDataModule,

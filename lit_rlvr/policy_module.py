@@ -25,7 +25,7 @@ import contextlib
 import copy
 import logging
 import random
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import lightning.pytorch as pl
 import numpy as np
@@ -34,14 +34,18 @@ import torch
 from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.checkpointing import SafeCheckpoints
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
-from lit_rlvr.policy import PolicyConfig, export_policy, load_policy
+from lit_rlvr.policy import PolicyConfig, export_policy, load_policy, pad_token_id
 from lit_rlvr.preemption import StopOnSignal, abandonable
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
+from lit_rlvr.prompts import render_prompt
+from lit_rlvr.rewards.base import RewardResult
 from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
 from lit_rlvr.rollout import SamplingConfig, build_engine
+from lit_rlvr.rollout.hidden import final_token_states, last_hidden_states
 from lit_rlvr.rollout.loop import RolloutLoop, flatten, generate_for_eval
-from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, is_sharded, shard_policy, unsharded_for_export
-from lit_rlvr.types import Completion, PromptPool
+from lit_rlvr.rollout.revise import generate_scored
+from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, in_lockstep, is_sharded, shard_policy, unsharded_for_export
+from lit_rlvr.types import Completion, PromptPool, RolloutStats
 
 if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.settings import EvalSettings, OptimizerSettings, RolloutSettings
@@ -187,13 +191,47 @@ class PolicyModule(pl.LightningModule):
 
     @property
     def _pad_id(self) -> int:
-        pad = self.tokenizer.pad_token_id
-        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+        return pad_token_id(self.tokenizer)
 
     def _correct(self, batch_components: dict[str, torch.Tensor], n: int) -> torch.Tensor:
         scores = batch_components.get(self.accuracy_reward)
         # "correct" is a score of 1 up to the one reward tolerance (a float sum of 1.0 may be 0.9999999)
         return scores >= 1.0 - REWARD_TOL if scores is not None else torch.zeros(n, dtype=torch.bool)
+
+    # ------------------------------------------------------------------ selection host (lit_rlvr.selection_host)
+    # What a selection method may ask beyond its record; the model work stays here, not in the methods.
+
+    @property
+    def hidden_size(self) -> int:
+        """H of the policy (0 while none is loaded, as in the simulator)."""
+        return int(getattr(getattr(self.policy, "config", None), "hidden_size", 0) or 0)
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether forwards and generation are collectives of every rank (FSDP2)."""
+        return in_lockstep(self.policy)
+
+    def render_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of a chat prompt, as the rollout loop renders pool prompts."""
+        return render_prompt(self.tokenizer, messages)
+
+    def generate_and_score(
+        self, pool: PromptPool, pool_index: Sequence[int], prompts: Sequence[list[int]], counts: Sequence[int], seed: int, stats: RolloutStats
+    ) -> tuple[list[list[Completion]], RewardResult]:
+        """One batched engine call over ``prompts`` at the rollout sampling settings, scored (``rollout.revise.generate_scored``)."""
+        return generate_scored(self.rollout_loop, pool, pool_index, prompts, counts, seed, stats)
+
+    def last_hidden_states(self, rows: Sequence[Sequence[int]], batch_size: int, layer: int = -1, padding: str = "left") -> torch.Tensor:
+        """[n, H] float32 (CPU) ``hidden_states[layer]`` at each row's last token, no-grad, in eval mode."""
+        if padding == "left":
+            return last_hidden_states(self.policy, rows, self._pad_id, batch_size, layer)
+        if padding == "right":
+            return final_token_states(self.policy, rows, self._pad_id, batch_size, layer, self.device)
+        raise ValueError(f"last_hidden_states: padding must be 'left' or 'right', got {padding!r}")
+
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        """Log ``metrics`` at this training step."""
+        self.log_dict(dict(metrics), on_step=True, on_epoch=False, batch_size=1)
 
     # ------------------------------------------------------------------ validation
 

@@ -47,17 +47,18 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
+from typing_extensions import override
 
-from lit_rlvr.callbacks.base import PartialRollouts, RolloutAllocator, RolloutPruner, SelectionCallback, gather_rows, seeded_generator
+from lit_rlvr.selection import PartialRollouts, RolloutAllocator, RolloutPruner, SelectionCallback, gather_rows, seeded_generator
 from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
+from lit_rlvr.callbacks.state import require_keys, selector_name
+from lit_rlvr.rollout.hidden import last_hidden_states
+from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import Completion, RolloutBatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,8 @@ class ARRoL(RolloutPruner):
         self.head = QualityHead(head_width, head_lr, head_steps, buffer_size, head_seed)
         self.calibrator = BucketCalibrator(calibration_buckets, calibration_decay)
         self.totals = {"pruned": 0, "kept": 0, "tokens_saved": 0.0, "steps": 0}
-        self._policy: Any = None
-        self._pad_id = 0
+        self._host: Optional[SelectionHost] = None
+        """The trainer, kept from set-up: ``prune`` is called by the rollout loop without it."""
         self._trainer: Optional[pl.Trainer] = None
         self._rows: list[torch.Tensor] = []  # this step's [m, H + 3] (outcome, raw, kept, state...)
         self._step_counts = {"pruned_partial": 0, "continued_tokens": 0, "continued": 0, "pruned": 0}
@@ -155,22 +156,29 @@ class ARRoL(RolloutPruner):
 
     # ------------------------------------------------------------------ contract
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"detect_tokens": self.detect_tokens, "keep_ratio": self.keep_ratio, "target_positive": self.target_positive, "survivors": self.survivors}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"head": self.head.state_dict(), "calibrator": self.calibrator.state_dict(), "totals": dict(self.totals)}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.head.load_state_dict(state_dict.get("head", {}))
-        if "calibrator" in state_dict:
-            self.calibrator.load_state_dict(state_dict["calibrator"])
-        self.totals.update(state_dict.get("totals", {}))
+        owner = selector_name(self)
+        require_keys(owner, state_dict, ("head", "calibrator", "totals"))
+        require_keys(f"{owner} totals", state_dict["totals"], self.totals)
+        self.head.load_state_dict(state_dict["head"], f"{owner} head")
+        self.calibrator.load_state_dict(state_dict["calibrator"], f"{owner} calibrator")
+        self.totals.update(state_dict["totals"])
 
+    @override
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
 
-    def setup(self, trainer: pl.Trainer, pl_module: "GRPOModule", stage: str) -> None:
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: SelectionHost, stage: str) -> None:
         """Resolve an unset ``detect_tokens`` before a checkpoint is restored (it is part of ``state_key``)."""
         self.resolve_detect_tokens(int(pl_module.rollout_settings.max_new_tokens))
 
@@ -179,7 +187,8 @@ class ARRoL(RolloutPruner):
             self.detect_tokens = default_detect_tokens(max_new_tokens, self.detect_fraction)
         return int(self.detect_tokens)
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+    @override
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         self.resolve_detect_tokens(int(pl_module.rollout_settings.max_new_tokens))
         super().setup_selection(trainer, pl_module, selectors)  # one pruner; detect_tokens < max_new_tokens
         group, least = int(pl_module.rollout_settings.num_generations), self.min_keep
@@ -198,17 +207,13 @@ class ARRoL(RolloutPruner):
                     f"pruning would undo its allocation. Remove one of them from trainer.callbacks (ARRoL composes "
                     f"with the fixed-G default and DynamicSampling, pre-rollout selectors and PODS)"
                 )
-        from lit_rlvr.sharding import in_lockstep
-
-        if in_lockstep(pl_module.policy):
+        if pl_module.lockstep:
             raise ValueError(
                 "ARRoL does not run under FSDP2 sharding yet: its partial/continuation rounds and the head's "
                 "hidden-state forward are not kept in step across ranks (a sharded forward is a collective). "
                 "Train ARRoL with trainer.strategy=ddp, or remove ARRoL from trainer.callbacks"
             )
-        self._trainer, self._policy = trainer, pl_module.policy
-        pad = pl_module.tokenizer.pad_token_id
-        self._pad_id = int(pad if pad is not None else pl_module.tokenizer.eos_token_id)
+        self._trainer, self._host = trainer, pl_module
 
     # ------------------------------------------------------------------ during rollout
 
@@ -220,12 +225,10 @@ class ARRoL(RolloutPruner):
         """[n, H] states, [n] raw head scores and [n] p̂: calibrated scores, or the true outcome where finished."""
         features = partial.hidden
         if features is None:
-            if self._policy is None:
+            if self._host is None:
                 raise RuntimeError("ARRoL has no policy to compute hidden states with: it is set up at fit start")
-            from lit_rlvr.rollout.hidden import last_hidden_states
-
             contexts = [p + c.token_ids for p, c in zip(partial.prompt_token_ids, partial.completions)]
-            features = last_hidden_states(self._policy, contexts, self._pad_id, self.forward_batch_size)
+            features = self._host.last_hidden_states(contexts, self.forward_batch_size)  # [n, H]
         raw = self.head.predict(features)  # [n]
         p_hat = self.calibrator(raw)  # [n]
         done = partial.finished
@@ -236,13 +239,12 @@ class ARRoL(RolloutPruner):
         """Test-time vote weights (``lit_rlvr.arrol_vote``): [n] raw head scores and [n] calibrated p̂ of each
         candidate at its detection point, its first ``detect_tokens`` tokens (all of it when shorter: at test
         time no reward is known, so a short candidate gets the head's p̂ at its last token, not its outcome)."""
-        from lit_rlvr.rollout.hidden import last_hidden_states
-
         contexts = [p + c.token_ids[: self.detect_tokens] for p, c in zip(prompt_token_ids, completions)]
         features = last_hidden_states(policy, contexts, pad_id, self.forward_batch_size)  # [n, H]
         raw = self.head.predict(features)
         return raw, self.calibrator(raw)
 
+    @override
     def prune(self, partial: PartialRollouts) -> torch.Tensor:
         features, raw, p_hat = self.predictions(partial)
         self._features, self._raw = features, raw
@@ -259,6 +261,7 @@ class ARRoL(RolloutPruner):
             keep[rows[chosen]] = True
         return keep
 
+    @override
     def record_outcomes(self, partial: PartialRollouts, keep: torch.Tensor, rewards: torch.Tensor) -> None:
         """Keep this round's rows with a known final reward (kept rows, and pruned rows that had stopped)."""
         if len(partial) == 0:
@@ -274,9 +277,10 @@ class ARRoL(RolloutPruner):
         self._step_counts["pruned_partial"] += pruned_partial
         self._step_counts["pruned"] += int((~keep).sum())
 
-    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+    @override
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         """Gather every rank's rows, measure the head on them (before it sees them), then train and calibrate."""
-        step = int(getattr(pl_module, "steps_done", 0))
+        step = batch.context.step
         dim = 3 + (self._rows[0].shape[1] - 3 if self._rows else self._feature_dim())
         local = torch.cat(self._rows) if self._rows else torch.zeros(0, dim)
         rows = gather_rows(trainer, local)  # [M, 3 + H], identical on every rank
@@ -307,5 +311,4 @@ class ARRoL(RolloutPruner):
     def _feature_dim(self) -> int:
         if self.head.net is not None:
             return int(self.head.net[1].in_features)
-        config = getattr(self._policy, "config", None)
-        return int(getattr(config, "hidden_size", 0) or 0)
+        return self._host.hidden_size if self._host is not None else 0

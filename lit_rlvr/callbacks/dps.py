@@ -46,10 +46,10 @@ from typing import Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
-import torch
+from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.selection import PromptSelector, SelectionCallback, gather_rows, warn_if_pool_is_batch_sized
+from lit_rlvr.selection import PromptSelector, SelectionCallback, gather_rows, keep_top, warn_if_pool_is_batch_sized
 from lit_rlvr.callbacks.mopps import group_success, merge_rows
 from lit_rlvr.callbacks.state import PromptTable, TableHistory
 from lit_rlvr.selection_host import SelectionHost
@@ -116,9 +116,11 @@ class DPS(TableHistory, PromptSelector):
 
     # ------------------------------------------------------------------ setup and state
 
+    @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         warn_if_pool_is_batch_sized(trainer, "DPS", "the paper uses 32 on MATH, 8 otherwise")
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"prior_alpha": self.prior_alpha, "success_threshold": self.success_threshold}
 
@@ -166,26 +168,21 @@ class DPS(TableHistory, PromptSelector):
     def select(self, pool: PromptPool) -> None:
         """Narrow ``pool.keep`` to the B eligible candidates with the largest π[partial]."""
         eligible = np.asarray(pool.eligible(), dtype=np.int64)
-        B = pool.batch_size
-        ids = pool.ids.numpy()[eligible]
-        p_partial = self.belief(ids)[:, PARTIAL]  # [E]
-        order = np.argsort(-p_partial, kind="stable")[:B]  # ties: pool order
-        chosen = eligible[order]
-        if len(eligible) > B:
-            keep = torch.zeros(len(pool), dtype=torch.bool)
-            keep[torch.from_numpy(chosen)] = True
-            pool.keep &= keep
+        p_partial = self.belief(pool.ids.numpy()[eligible])[:, PARTIAL]  # [E]
+        order = keep_top(pool, eligible, p_partial)  # ties: pool order
         self._metrics = {
             "candidates": float(len(eligible)),
-            "selected": float(len(chosen)),
-            "p_partial_selected_mean": float(p_partial[order].mean()) if len(chosen) else 0.0,
+            "selected": float(len(order)),
+            "p_partial_selected_mean": float(p_partial[order].mean()) if len(order) else 0.0,
             "p_partial_candidates_mean": float(p_partial.mean()) if len(eligible) else 0.0,
         }
 
+    @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
         if isinstance(batch, PromptPool):
             self.select(batch)
 
+    @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         rows = gather_rows(trainer, group_success(batch, self.success_threshold))  # [K, 3] from every rank
         ids, n, succ = merge_rows(rows)

@@ -25,11 +25,12 @@ What this implementation adds (METHODS.md, "Dynamic Sampling"):
 One class plays two stages: it is the step's ``RolloutAllocator`` (``plan``, round by
 round) and a ``RolloutFilter`` (``select_rollouts``: drop, then truncate to B groups).
 
-Composition (found in ``setup_selection``, duck-typed so any selector can offer them):
+Composition (two optional methods of the selection contract, ``lit_rlvr.selection``; their
+defaults do nothing, so any selector can offer them):
 
-* a ``PromptSelector`` with ``filter_pool(pool, indices, step, seed)`` (``GRESO``): prompts
-  drawn fresh for a refill pass through it, so skipped prompts are never rolled out;
-* a selector with ``expected_effective_ratio()`` (``GRESO``: 1 − the zero-variance ratio
+* ``PromptSelector.filter_pool(pool, indices, step, seed)`` (``GRESO``'s skips): prompts
+  drawn fresh for a refill pass through every prompt selector's, so skipped prompts are never rolled out;
+* ``SelectionCallback.expected_effective_ratio()`` (``GRESO``: 1 − the zero-variance ratio
   of the groups it saw last step): the prior estimate of the effective ratio, used where
   this step has no observation yet: round 0 when ``adaptive_first_round`` (GRESO's "next
   request size from the last zero-variance ratio × 1.25", across steps). Without such a
@@ -40,14 +41,15 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL, is_zero_variance
-from lit_rlvr.callbacks.base import (
+from lit_rlvr.selection import (
     gather_rows,
     PromptSelector,
     RolloutAllocator,
@@ -55,10 +57,10 @@ from lit_rlvr.callbacks.base import (
     RolloutState,
     SelectionCallback,
 )
+from lit_rlvr.callbacks.state import require_keys, selector_name
+from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import RolloutBatch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
 
 __all__ = ["DynamicSampling", "refill_size", "effective_groups"]
 
@@ -196,8 +198,8 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         self.refill_margin = float(refill_margin)
         self.adaptive_first_round = bool(adaptive_first_round)
         # Composition (found in setup_selection).
-        self._prompt_filters: list[Any] = []
-        self._ratio_sources: list[Any] = []
+        self._prompt_filters: list[PromptSelector] = []
+        self._ratio_sources: list[SelectionCallback] = []
         # Per-step scratch (reset at round 0 of each step).
         self._scheduled = np.zeros(0, dtype=bool)  # [P] prompts given rollouts this step
         self._evaluated: dict[int, bool] = {}  # pool index -> effective (for rolled-out prompts)
@@ -213,6 +215,7 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
 
     # ------------------------------------------------------------------ contract
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {
             "max_rounds": self.max_rounds,
@@ -224,23 +227,29 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
             "adaptive_first_round": self.adaptive_first_round,
         }
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         ratio = -1.0 if self.last_effective_ratio is None else float(self.last_effective_ratio)
         return {"cap_hits": int(self.cap_hits), "underfilled_steps": int(self.underfilled_steps), "last_effective_ratio": ratio}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.cap_hits = int(state_dict.get("cap_hits", 0))
+        """``underfilled_steps`` is optional: checkpoints before 19fa7bb lack it (0 then)."""
+        require_keys(selector_name(self), state_dict, ("cap_hits", "last_effective_ratio"), optional=("underfilled_steps",))
+        self.cap_hits = int(state_dict["cap_hits"])
         self.underfilled_steps = int(state_dict.get("underfilled_steps", 0))
-        ratio = float(state_dict.get("last_effective_ratio", -1.0))
+        ratio = float(state_dict["last_effective_ratio"])
         self.last_effective_ratio = None if ratio < 0 else ratio
 
+    @override
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+    @override
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         others = [s for s in selectors if s is not self]
-        self._prompt_filters = [s for s in others if isinstance(s, PromptSelector) and callable(getattr(s, "filter_pool", None))]
-        self._ratio_sources = [s for s in others if callable(getattr(s, "expected_effective_ratio", None))]
+        self._prompt_filters = [s for s in others if isinstance(s, PromptSelector)]  # their filter_pool
+        self._ratio_sources = [s for s in others if isinstance(s, SelectionCallback)]  # their expected_effective_ratio
 
     # ------------------------------------------------------------------ rollout stage
 
@@ -248,6 +257,7 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         """Prompts rolled out in round 0: ceil(generation_batch_multiple × B)."""
         return max(1, math.ceil(self.generation_batch_multiple * batch_size - 1e-9))
 
+    @override
     def plan(self, state: RolloutState) -> torch.Tensor:
         """[P] rollouts per pool prompt this round: G for each prompt admitted, 0 otherwise.
 
@@ -378,7 +388,8 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
 
     # ------------------------------------------------------------------ pre-backward stage
 
-    def select_rollouts(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> torch.Tensor:
+    @override
+    def select_rollouts(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> torch.Tensor:
         """[N] keep: rollouts of the first B effective groups in generation order.
 
         Zero-variance and out-of-band groups are dropped; effective groups beyond B are

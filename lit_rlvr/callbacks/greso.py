@@ -42,7 +42,9 @@ Decisions this implementation makes (documented, each a constructor argument whe
   ``refill_size`` = deficit / (1 − zero-variance ratio) × 1.25, clipped by the generation
   batch; prompts it draws fresh pass through ``GRESO.filter_pool``; and
   ``GRESO.expected_effective_ratio()`` (1 − last step's zero-variance ratio) is its prior,
-  which sizes round 0 too with ``DynamicSampling(adaptive_first_round=True)``.
+  which sizes round 0 too with ``DynamicSampling(adaptive_first_round=True)``. Both are
+  optional methods of the selection contract (``PromptSelector.filter_pool``,
+  ``SelectionCallback.expected_effective_ratio``), which GRESO overrides.
 
 State (``state_dict``): z_easy, z_hard and last_step per prompt id (flat ``PromptTable``
 columns), p_easy, p_hard, epoch and the last step's zero-variance ratio.
@@ -50,18 +52,18 @@ columns), p_easy, p_hard, epoch and the last step's zero-variance ratio.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from typing_extensions import override
 
-from lit_rlvr.callbacks.base import PromptSelector, data_epoch, gather_rows, group_observations, seeded_generator
-from lit_rlvr.callbacks.state import PromptTable
+from lit_rlvr.selection import PromptSelector, data_epoch, gather_rows, group_observations, seeded_generator
+from lit_rlvr.callbacks.state import PromptTable, require_keys, selector_name
+from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptPool, RolloutBatch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
 
 __all__ = ["GRESO", "seeded_uniform"]
 
@@ -156,6 +158,7 @@ class GRESO(PromptSelector):
 
     # ------------------------------------------------------------------ contract
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {
             "p_easy": self.initial_p_easy,
@@ -168,6 +171,7 @@ class GRESO(PromptSelector):
             "easy_threshold": self.easy_threshold,
         }
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         table = {k: torch.from_numpy(v) for k, v in self.table.state_dict().items()}
         ratio = -1.0 if self.last_zero_variance_ratio is None else float(self.last_zero_variance_ratio)
@@ -179,16 +183,21 @@ class GRESO(PromptSelector):
             "last_zero_variance_ratio": ratio,
         }
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        owner = selector_name(self)
+        columns = ("z_easy", "z_hard", "last_step")
+        require_keys(owner, state_dict, (*columns, "p_easy", "p_hard", "epoch", "last_zero_variance_ratio"))
         self.table.load_state_dict(
-            {k: np.asarray(v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in state_dict.items() if k in ("z_easy", "z_hard", "last_step")}
+            {k: np.asarray(v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in state_dict.items() if k in columns}, owner
         )
-        self.p_easy = float(state_dict.get("p_easy", self.initial_p_easy))
-        self.p_hard = float(state_dict.get("p_hard", self.initial_p_hard))
-        self.epoch = int(state_dict.get("epoch", 0))
-        ratio = float(state_dict.get("last_zero_variance_ratio", -1.0))
+        self.p_easy = float(state_dict["p_easy"])
+        self.p_hard = float(state_dict["p_hard"])
+        self.epoch = int(state_dict["epoch"])
+        ratio = float(state_dict["last_zero_variance_ratio"])
         self.last_zero_variance_ratio = None if ratio < 0 else ratio
 
+    @override
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
 
@@ -206,10 +215,12 @@ class GRESO(PromptSelector):
         keep[hard] = np.maximum(self.p_hard ** z_hard[hard], self.exploration_floor)
         return 1.0 - keep
 
+    @override
     def filter_pool(self, pool: PromptPool, indices: list[int], step: int, seed: int) -> int:
         """Set ``pool.keep`` False for the skipped prompts among pool ``indices``; returns how many.
 
-        Also used by ``DynamicSampling`` on prompts drawn fresh for a refill.
+        Also used by ``DynamicSampling`` on prompts drawn fresh for a refill (the contract's
+        optional ``PromptSelector.filter_pool``).
         """
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size == 0:
@@ -228,19 +239,22 @@ class GRESO(PromptSelector):
         self._update_skip_metrics()
         return n_skip
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: PromptPool, batch_idx: int) -> None:
+    @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: PromptPool, batch_idx: int) -> None:
         self._reset_step_counts()
-        self.filter_pool(batch, batch.eligible(), int(pl_module.steps_done), int(pl_module.seed))
+        self.filter_pool(batch, batch.eligible(), batch.context.step, batch.context.seed)
 
+    @override
     def expected_effective_ratio(self) -> Optional[float]:
         """1 − the zero-variance ratio among last step's rolled-out groups (None before any)."""
         return None if self.last_zero_variance_ratio is None else 1.0 - self.last_zero_variance_ratio
 
     # ------------------------------------------------------------------ observe
 
-    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+    @override
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         obs = gather_rows(trainer, group_observations(batch)).numpy()  # [K, 4] every rank's groups
-        self.observe(obs, int(pl_module.steps_done), data_epoch(trainer, int(pl_module.steps_done)))
+        self.observe(obs, batch.context.step, data_epoch(trainer, batch.context.step))
 
     def observe(self, obs: np.ndarray, step: int, epoch: Optional[int] = None) -> None:
         """Update z counts from [K, 4] (prompt id, n, reward sum, zero-variance) rows, then adapt p.

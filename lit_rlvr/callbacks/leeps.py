@@ -57,21 +57,29 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from typing_extensions import override
 
 from lit_rlvr.advantages import zero_variance_groups
-from lit_rlvr.callbacks.base import PromptSelector, SelectionCallback, gather_rows, seeded_generator, warn_if_pool_is_batch_sized
+from lit_rlvr.selection import (
+    PromptSelector,
+    SelectionCallback,
+    gather_rows,
+    keep_only,
+    seeded_generator,
+    top_positions,
+    warn_if_pool_is_batch_sized,
+)
 from lit_rlvr.callbacks.embedding import PromptEncoder, build_encoder
-from lit_rlvr.callbacks.prompt_index import PromptIndex, import_faiss
-from lit_rlvr.callbacks.state import PromptTable, table_state
+from lit_rlvr.callbacks.prompt_index import PromptIndex, check_index_state, import_faiss
+from lit_rlvr.callbacks.state import PromptTable, require_keys, selector_name, table_state
+from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptPool, RolloutBatch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
 
 __all__ = ["LEEPS", "blend_prediction", "neighbour_mean", "split_slots"]
 
@@ -254,10 +262,12 @@ class LEEPS(PromptSelector):
 
     # ------------------------------------------------------------------ setup and state
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"encoder": self.encoder_name, "layer": self.layer, "prior_alpha": self.prior_alpha, "prior_beta": self.prior_beta}
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+    @override
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         """Build the index and encoder; fail on a missing faiss or a resumed index of another dimension."""
         import_faiss()
         warn_if_pool_is_batch_sized(trainer, "LEEPS", "set data.pool_multiple > 1, e.g. 4")
@@ -287,6 +297,7 @@ class LEEPS(PromptSelector):
                 self._pending_index = None
         return self.index
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         index = self.index.state_dict() if self.index is not None else (self._pending_index or {})
         return {
@@ -298,18 +309,23 @@ class LEEPS(PromptSelector):
             "full_refresh_step": self.full_refresh_step,
         }
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.table.load_state_dict({k: torch.as_tensor(v).numpy() for k, v in state_dict.get("table", {}).items()})
+        """``full_refresh_step`` is optional: checkpoints before 5447439 lack it (0 then)."""
+        owner = selector_name(self)
+        require_keys(owner, state_dict, ("table", "index", "window_nontrivial", "window_groups", "updates"), optional=("full_refresh_step",))
+        check_index_state(f"{owner} index", state_dict["index"])
+        self.table.load_state_dict({k: torch.as_tensor(v).numpy() for k, v in state_dict["table"].items()}, f"{owner} table")
         for name in ("window_nontrivial", "window_groups"):
-            if name in state_dict:
-                saved = torch.as_tensor(state_dict[name]).numpy().astype(np.int64)
-                if saved.shape != (self.window, 2):
-                    raise ValueError(f"LEEPS: the checkpoint's window is {saved.shape[0]} steps but LEEPS.window is {self.window}: resume with window: {saved.shape[0]}")
-                setattr(self, name, saved.copy())
-        self.updates = int(state_dict.get("updates", 0))
+            saved = torch.as_tensor(state_dict[name]).numpy().astype(np.int64)
+            if saved.shape != (self.window, 2):
+                raise ValueError(f"LEEPS: the checkpoint's window is {saved.shape[0]} steps but LEEPS.window is {self.window}: resume with window: {saved.shape[0]}")
+            setattr(self, name, saved.copy())
+        self.updates = int(state_dict["updates"])
         self.full_refresh_step = int(state_dict.get("full_refresh_step", 0))
-        self.index, self._pending_index = None, state_dict.get("index")  # loaded at setup (faiss checked there)
+        self.index, self._pending_index = None, state_dict["index"]  # loaded at setup (faiss checked there)
 
+    @override
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
 
@@ -350,7 +366,7 @@ class LEEPS(PromptSelector):
 
     # ------------------------------------------------------------------ pre-rollout
 
-    def embed(self, trainer: Optional[pl.Trainer], pl_module: "GRPOModule", pool: PromptPool, indices: np.ndarray, step: int) -> int:
+    def embed(self, trainer: Optional[pl.Trainer], pl_module: SelectionHost, pool: PromptPool, indices: np.ndarray, step: int) -> int:
         """Embed the pool prompts at ``indices`` never embedded or stale (≥ R steps); returns how many."""
         index = self._ensure_index()
         ids = pool.ids.numpy()[indices]
@@ -384,16 +400,13 @@ class LEEPS(PromptSelector):
         n_exploit, n_explore = split_slots(pool.batch_size, ratios, (len(ex_idx), len(xp_idx)), self.floor)
         ex_pick = ex_idx[self._exploit_order(ids[ex_idx], step, seed)[:n_exploit]]
         p_hat = est["p_hat"]
-        xp_order = np.argsort(-(p_hat * (1.0 - p_hat)), kind="stable")[:n_explore]
+        xp_order = top_positions(p_hat * (1.0 - p_hat), n_explore)
         xp_pick = xp_idx[xp_order]
         picked_ids = ids[xp_pick]
         self.table.set("predicted_step", picked_ids, step)
         self.table.set("predicted", picked_ids, p_hat[xp_order])
         self.table.set("predicted_own", picked_ids, est["p_own"][xp_order])
-        if len(eligible) > pool.batch_size:
-            keep = torch.zeros(len(pool), dtype=torch.bool)
-            keep[torch.from_numpy(eligible[np.concatenate([ex_pick, xp_pick])])] = True
-            pool.keep &= keep
+        keep_only(pool, eligible, np.concatenate([ex_pick, xp_pick]))
         chosen = max(len(ex_pick) + len(xp_pick), 1)
         slots = est["neighbours"].sum()
         self._metrics.update(
@@ -414,15 +427,16 @@ class LEEPS(PromptSelector):
             }
         )
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: Any, batch_idx: int) -> None:
+    @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
         if not isinstance(batch, PromptPool):
             return
-        step = int(pl_module.steps_done)
+        step = batch.context.step
         t0 = time.perf_counter()
         refreshed = self.refresh_all(trainer, pl_module, step)
         embedded = self.embed(trainer, pl_module, batch, np.asarray(batch.eligible(), dtype=np.int64), step)
         self._metrics = {"embed_s": time.perf_counter() - t0, "embedded": float(embedded + refreshed), "refreshed_all": float(refreshed)}
-        self.select(batch, step, int(getattr(pl_module, "seed", 0)))
+        self.select(batch, step, batch.context.seed)
 
     def _exploit_order(self, ids: np.ndarray, step: int, seed: int) -> np.ndarray:
         """Order of exploit candidates ``ids`` [X] by ``exploit_rank`` (ties keep pool order)."""
@@ -433,7 +447,7 @@ class LEEPS(PromptSelector):
             return np.argsort(-(p * (1.0 - p)), kind="stable")
         return np.argsort(-self.table.get("last_var", ids), kind="stable")
 
-    def refresh_all(self, trainer: Optional[pl.Trainer], pl_module: "GRPOModule", step: int) -> int:
+    def refresh_all(self, trainer: Optional[pl.Trainer], pl_module: SelectionHost, step: int) -> int:
         """``refresh: all``: every R steps re-embed every indexed prompt (messages from
         ``trainer.datamodule``: ``train_records[id]`` through ``messages_for``); returns how many."""
         index = self._ensure_index()
@@ -452,9 +466,10 @@ class LEEPS(PromptSelector):
 
     # ------------------------------------------------------------------ observe
 
-    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+    @override
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         rows = gather_rows(trainer, rollout_rows(batch, self.success_threshold))  # [N, 3] from every rank
-        self.observe(rows.numpy(), int(pl_module.steps_done))
+        self.observe(rows.numpy(), batch.context.step)
 
     def observe(self, rows: np.ndarray, step: int) -> None:
         """Update from [N, 3] (prompt id, reward, success) rollout rows of ``step``: portfolio ratios,

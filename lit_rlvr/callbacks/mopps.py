@@ -42,9 +42,18 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.selection import PromptSelector, SelectionCallback, gather_rows, group_observations, seeded_generator, warn_if_pool_is_batch_sized
+from lit_rlvr.selection import (
+    PromptSelector,
+    SelectionCallback,
+    gather_rows,
+    group_observations,
+    keep_top,
+    seeded_generator,
+    warn_if_pool_is_batch_sized,
+)
 from lit_rlvr.callbacks.state import PromptTable, TableHistory
 from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptPool, RolloutBatch
@@ -123,9 +132,11 @@ class MoPPS(TableHistory, PromptSelector):
 
     # ------------------------------------------------------------------ setup and state
 
+    @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         warn_if_pool_is_batch_sized(trainer, "MoPPS", "set data.pool_multiple to τ, e.g. 16 as in the paper on MATH, 8 on Countdown")
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"prior_alpha": self.prior_alpha, "prior_beta": self.prior_beta, "success_threshold": self.success_threshold}
 
@@ -151,29 +162,24 @@ class MoPPS(TableHistory, PromptSelector):
     def select(self, pool: PromptPool, step: int, seed: int) -> None:
         """Narrow ``pool.keep`` to the B eligible candidates whose Thompson sample is closest to 0.5."""
         eligible = np.asarray(pool.eligible(), dtype=np.int64)
-        B = pool.batch_size
         ids = pool.ids.numpy()[eligible]
         a, b = self.posterior(ids)
         r_hat = beta_thompson(a, b, ids, seed, step, "mopps")  # [E]
-        score = (r_hat - 0.5) ** 2
-        order = np.argsort(score, kind="stable")[:B]
-        chosen = eligible[order]
-        if len(eligible) > B:
-            keep = torch.zeros(len(pool), dtype=torch.bool)
-            keep[torch.from_numpy(chosen)] = True
-            pool.keep &= keep
+        order = keep_top(pool, eligible, (r_hat - 0.5) ** 2, largest=False)  # ties: pool order
         self._metrics = {
             "candidates": float(len(eligible)),
-            "selected": float(len(chosen)),
-            "r_hat_selected_mean": float(r_hat[order].mean()) if len(chosen) else 0.0,
-            "posterior_mean_selected": float((a / (a + b))[order].mean()) if len(chosen) else 0.0,
+            "selected": float(len(order)),
+            "r_hat_selected_mean": float(r_hat[order].mean()) if len(order) else 0.0,
+            "posterior_mean_selected": float((a / (a + b))[order].mean()) if len(order) else 0.0,
             "posterior_mean_candidates": float((a / (a + b)).mean()) if len(eligible) else 0.0,
         }
 
+    @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
         if isinstance(batch, PromptPool):
             self.select(batch, batch.context.step, batch.context.seed)
 
+    @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         rows = gather_rows(trainer, group_success(batch, self.success_threshold))  # [K, 3] from every rank
         ids, n, succ = merge_rows(rows)

@@ -16,14 +16,15 @@ does not have; Adaptive is the paper's default and its main result.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.callbacks.base import GroupReplacement, GroupReviser, Revision, TokenWeighter, gather_rows, seeded_generator
+from lit_rlvr.selection import GroupReplacement, GroupReviser, Revision, TokenWeighter, gather_rows, seed_value
 from lit_rlvr.callbacks.oc_guidance import (
     FRACTIONS,
     FULL_INSTRUCTION,
@@ -33,13 +34,9 @@ from lit_rlvr.callbacks.oc_guidance import (
     guided_messages,
     importance_weights,
 )
-from lit_rlvr.callbacks.state import PromptTable, table_state
-from lit_rlvr.collate import collate_rollouts, policy_logprobs
-from lit_rlvr.types import RolloutBatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
-    from lit_rlvr.rollout.loop import RolloutStats
+from lit_rlvr.callbacks.state import PromptTable, require_keys, selector_name, table_state
+from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.types import RolloutBatch, RolloutStats
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +95,8 @@ class OCGRPO(GroupReviser, TokenWeighter):
 
     # ------------------------------------------------------------------ setup and state
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[Any]) -> None:
+    @override
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[Any]) -> None:
         super().setup_selection(trainer, pl_module, selectors)
         dm = getattr(trainer, "datamodule", None)
         records = getattr(dm, "train_records", None) if dm is not None else None
@@ -109,21 +107,27 @@ class OCGRPO(GroupReviser, TokenWeighter):
                 f"reasoning-gym task whose entries carry one (basic_arithmetic, chain_sum, gsm_symbolic)"
             )
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"fractions": self.fractions, "gamma": self.gamma, "clamp_min": self.clamp_min}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"table": table_state(self.table), "solved_at": torch.from_numpy(self.solved_at.copy()), "totals": dict(self.totals)}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.table.load_state_dict(state_dict.get("table", {}))
-        if "solved_at" in state_dict:
-            self.solved_at = np.asarray(state_dict["solved_at"], dtype=np.int64).copy()
-        self.totals.update({k: int(v) for k, v in state_dict.get("totals", {}).items()})
+        owner = selector_name(self)
+        require_keys(owner, state_dict, ("table", "solved_at", "totals"))
+        require_keys(f"{owner} totals", state_dict["totals"], self.totals)
+        self.table.load_state_dict(state_dict["table"], f"{owner} table")
+        self.solved_at = np.asarray(state_dict["solved_at"], dtype=np.int64).copy()
+        self.totals.update({k: int(v) for k, v in state_dict["totals"].items()})
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: "GRPOModule", outputs: Any, batch: Any, batch_idx: int) -> None:
+    @override
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: SelectionHost, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._step_metrics:
-            pl_module.log_dict(dict(self._step_metrics), on_step=True, on_epoch=False, batch_size=1)
+            pl_module.log_metrics(dict(self._step_metrics))
 
     @property
     def last_metrics(self) -> dict[str, float]:
@@ -132,27 +136,24 @@ class OCGRPO(GroupReviser, TokenWeighter):
 
     # ------------------------------------------------------------------ stage 3b: revise
 
-    def revise(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch, stats: "RolloutStats") -> Revision:
+    @override
+    def revise(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch, stats: RolloutStats) -> Revision:
         """Climb the cascade for every all-wrong group with a solution; one engine call per fraction."""
-        from lit_rlvr.rollout.loop import render_prompt
-        from lit_rlvr.rollout.revise import generate_scored
-
-        name = pl_module.accuracy_reward
+        name, ctx = pl_module.accuracy_reward, batch.context
         correct = _correct(batch.reward_components, name, len(batch))  # [N]
         groups = batch.group_indices()  # pool index -> [n_g] rows
         all_wrong = {p: rows for p, rows in groups.items() if not bool(correct[rows].any())}
         solutions = {p: batch.pool.solutions[p] for p in all_wrong if batch.pool.solutions[p]}
-        loop, step, rank = pl_module.rollout_loop, int(pl_module.steps_done), int(pl_module.global_rank)
 
         def attempt(level: int, fraction: float, todo: list[tuple[int, str]]) -> list[Attempt]:
             pool_index = [p for p, _ in todo]
             prompts = [
-                render_prompt(loop.tokenizer, guided_messages(batch.pool.messages[p], prefix, fraction, self.partial_instruction, self.full_instruction))
+                pl_module.render_prompt(guided_messages(batch.pool.messages[p], prefix, fraction, self.partial_instruction, self.full_instruction))
                 for p, prefix in todo
             ]
             counts = [len(all_wrong[p]) for p in pool_index]
-            seed = guided_seed(pl_module.seed, step, rank, level)
-            outputs, result = generate_scored(loop, batch.pool, pool_index, prompts, counts, seed, stats)
+            seed = guided_seed(ctx.seed, ctx.step, ctx.rank, level)
+            outputs, result = pl_module.generate_and_score(batch.pool, pool_index, prompts, counts, seed, stats)
             ok = _correct(result.components, name, len(result.total))  # [sum n_g]
             out, start = [], 0
             for p, prompt, outs in zip(pool_index, prompts, outputs):
@@ -205,8 +206,9 @@ class OCGRPO(GroupReviser, TokenWeighter):
 
     # ------------------------------------------------------------------ stage 6: token weights
 
+    @override
     @torch.no_grad()
-    def token_weights(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> list[torch.Tensor]:
+    def token_weights(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> list[torch.Tensor]:
         """[N] list of [L_i] weights: w_t on kept guided rows, exactly 1 elsewhere."""
         weights = [torch.ones(len(c.token_ids), dtype=torch.float32) for c in batch.completions]
         guided_prompts = batch.guided_prompt_token_ids or [None] * len(batch)
@@ -227,40 +229,18 @@ class OCGRPO(GroupReviser, TokenWeighter):
         self._step_metrics["oc/is_weight_min"] = float(total[:, 2].min()) if count else float("nan")
         return weights
 
-    def context_logprobs(self, pl_module: "GRPOModule", batch: RolloutBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log π_old(y|x), log π_old(y|x̃)) [m, L] of ``rows``: no-grad forwards of the current
-        (pre-update) policy in eval mode over [x | y] and over [x̃ | y], micro-batched."""
-        tok = pl_module.tokenizer
-        pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-        idx = torch.tensor(rows, dtype=torch.long)
-        plain = collate_rollouts(batch, idx, pad)
-        guided_view = RolloutBatch(
-            pool=batch.pool,
-            prompt_index=torch.arange(len(rows)),
-            prompt_token_ids=[batch.guided_prompt_token_ids[r] for r in rows],
-            completions=[batch.completions[r] for r in rows],
-            rewards=torch.zeros(len(rows)),
-            round=torch.zeros(len(rows), dtype=torch.long),
-            keep=torch.ones(len(rows), dtype=torch.bool),
-        )
-        guided = collate_rollouts(guided_view, torch.arange(len(rows)), pad)
-        policy, temperature = pl_module.policy, pl_module.rollout_settings.temperature
-        size = pl_module.loss_settings.micro_batch_size
-        was_training = policy.training
-        policy.eval()
-        try:
-            out = [
-                torch.cat([policy_logprobs(policy, mb.to(pl_module.device), temperature).float().cpu() for mb in t.micro_batches(size)])
-                for t in (plain, guided)
-            ]
-        finally:
-            policy.train(was_training)
-        return out[0], out[1]
+    def context_logprobs(self, pl_module: SelectionHost, batch: RolloutBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log π_old(y|x), log π_old(y|x̃)) [m, L] of ``rows``: the current (pre-update) policy's
+        log-probs over [x | y] and over [x̃ | y] (``SelectionHost.completion_logprobs``)."""
+        completions = [batch.completions[r].token_ids for r in rows]
+        plain = [batch.prompt_token_ids[int(batch.prompt_index[r])] for r in rows]
+        guided = [batch.guided_prompt_token_ids[r] for r in rows]
+        return pl_module.completion_logprobs(plain, completions), pl_module.completion_logprobs(guided, completions)
 
 
 def guided_seed(seed: int, step: int, rank: int, level: int) -> int:
     """Sampling seed of cascade level ``level``: reproducible on resume, distinct per rank, step and level."""
-    return int(seeded_generator(seed, step, rank, f"oc-grpo/{level}").initial_seed() % (2**31 - 1))
+    return seed_value(seed, step, rank, f"oc-grpo/{level}") % (2**31 - 1)
 
 
 def _correct(components: dict[str, torch.Tensor], name: str, n: int) -> torch.Tensor:

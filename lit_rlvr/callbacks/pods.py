@@ -17,16 +17,17 @@ Learning" (PODS, arXiv 2504.13818); reference code YixuanEvenXu/pods. METHODS.md
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from typing_extensions import override
 
-from lit_rlvr.callbacks.base import RolloutFilter, SelectionCallback, seeded_generator
+from lit_rlvr.selection import RolloutFilter, SelectionCallback, seeded_generator
+from lit_rlvr.callbacks.state import require_keys, selector_name
+from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import RolloutBatch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
 
 __all__ = ["PODS", "max_variance_subset", "max_variance_subsets", "RULES"]
 
@@ -110,19 +111,25 @@ class PODS(RolloutFilter):
         self.rollouts_dropped_total = 0
         self._metrics: dict[str, float] = {}
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"num_keep": self.num_keep, "rule": self.rule}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"rollouts_dropped_total": int(self.rollouts_dropped_total)}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.rollouts_dropped_total = int(state_dict.get("rollouts_dropped_total", 0))
+        require_keys(selector_name(self), state_dict, ("rollouts_dropped_total",))
+        self.rollouts_dropped_total = int(state_dict["rollouts_dropped_total"])
 
+    @override
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+    @override
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         group_size = int(pl_module.rollout_settings.num_generations)
         if self.num_keep > group_size:
             raise ValueError(
@@ -132,10 +139,10 @@ class PODS(RolloutFilter):
                 f"(the paper uses n = 64, m = 16; n/m of 2-4 is recommended)."
             )
 
-    def select_rollouts(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> torch.Tensor:
+    @override
+    def select_rollouts(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> torch.Tensor:
         keep_in = batch.keep.bool()
-        step = int(getattr(pl_module, "steps_done", 0))
-        seed = int(getattr(pl_module, "seed", 0))
+        step, seed = batch.context.step, batch.context.seed
         keep = select_per_group(batch.rewards, batch.prompt_index, keep_in, self.num_keep, self.rule, batch.pool.ids, seed, step)
         dropped = int(keep_in.sum()) - int(keep.sum())
         self.rollouts_dropped_total += dropped

@@ -78,20 +78,19 @@ Decisions on what METHODS.md leaves open:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.callbacks.base import RolloutAllocator, RolloutState, SelectionCallback, gather_rows
+from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback, gather_rows
 from lit_rlvr.callbacks.mopps import group_success, merge_rows
-from lit_rlvr.callbacks.state import PromptTable, table_state
+from lit_rlvr.callbacks.state import PromptTable, require_keys, selector_name, table_state
+from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import RolloutBatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
 
 
 def beta_moment(a: float, b: float, m: int) -> float:
@@ -189,7 +188,8 @@ class SARA(RolloutAllocator):
 
     # ------------------------------------------------------------------ setup and state
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+    @override
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         G = int(pl_module.rollout_settings.num_generations)
         if G <= self.probe_size:
             raise ValueError(
@@ -198,6 +198,7 @@ class SARA(RolloutAllocator):
                 f"model.rollout.num_generations."
             )
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {
             "prior_alpha": self.prior_alpha,
@@ -206,13 +207,19 @@ class SARA(RolloutAllocator):
             "persist": self.persist,
         }
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"table": table_state(self.table)} if self.persist else {}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if "table" in state_dict:
-            self.table.load_state_dict(state_dict["table"])
+        """The history table when ``persist`` (it is part of ``state_key``), else nothing."""
+        owner = selector_name(self)
+        require_keys(owner, state_dict, ("table",) if self.persist else ())
+        if self.persist:
+            self.table.load_state_dict(state_dict["table"], f"{owner} table")
 
+    @override
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
 
@@ -234,6 +241,7 @@ class SARA(RolloutAllocator):
     def _successes(self, rewards: list[float]) -> int:
         return sum(1 for r in rewards if r >= self.success_threshold - REWARD_TOL)  # as mopps.group_success
 
+    @override
     def plan(self, state: RolloutState) -> torch.Tensor:
         G, B, K = state.group_size, state.pool.batch_size, self.probe_size
         if state.round == 0:
@@ -325,7 +333,8 @@ class SARA(RolloutAllocator):
 
     # ------------------------------------------------------------------ persistence
 
-    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
+    @override
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         if not self.persist:
             return
         rows = gather_rows(trainer, group_success(batch, self.success_threshold))  # [K, 3] from every rank

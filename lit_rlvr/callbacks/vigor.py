@@ -38,15 +38,15 @@ Decisions where the paper notes are silent (all documented here and in ``Args``)
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from typing_extensions import override
 
-from lit_rlvr.callbacks.base import RolloutAllocator, RolloutState, SelectionCallback
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.module import GRPOModule
+from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback
+from lit_rlvr.callbacks.state import require_keys, selector_name
+from lit_rlvr.selection_host import SelectionHost
 
 
 def vigor_budget_per_prompt(m0: int, alpha: float, gamma: float, rounds: int) -> float:
@@ -93,7 +93,8 @@ class VIGOR(RolloutAllocator):
         """m0 · Σ_{t<T} (αγ)^t: the average group size, which must equal G."""
         return vigor_budget_per_prompt(self.m0, self.alpha, self.gamma, self.rounds)
 
-    def setup_selection(self, trainer: pl.Trainer, pl_module: "GRPOModule", selectors: list[SelectionCallback]) -> None:
+    @override
+    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         G = int(pl_module.rollout_settings.num_generations)
         avg = self.budget_per_prompt
         if not math.isclose(avg, G, rel_tol=0.0, abs_tol=1e-9):
@@ -105,16 +106,20 @@ class VIGOR(RolloutAllocator):
                 f"(with αγ = 1, m0·rounds = {G})."
             )
 
+    @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "m0": self.m0, "alpha": self.alpha, "gamma": self.gamma}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """VIGOR carries nothing across steps: its schedule depends only on the step's own rewards."""
         return {}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        return None
+        require_keys(selector_name(self), state_dict, ())
 
+    @override
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
 
@@ -137,6 +142,7 @@ class VIGOR(RolloutAllocator):
             out.append(math.ceil(self.alpha * out[-1] - 1e-9) if out[-1] > 0 else 0)
         return out
 
+    @override
     def plan(self, state: RolloutState) -> torch.Tensor:
         P = len(state.pool)
         counts = torch.zeros(P, dtype=torch.long)

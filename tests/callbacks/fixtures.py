@@ -2,7 +2,7 @@
 
 import torch
 
-from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+from lit_rlvr.types import Completion, PromptPool, RolloutBatch, StepContext
 
 
 def make_pool(ids, batch_size):
@@ -33,3 +33,11 @@ def make_batch(pool, groups):
         round=torch.zeros(n, dtype=torch.long),
         keep=torch.ones(n, dtype=torch.bool),
     )
+
+
+def at_step(record, module):
+    """``record`` (a PromptPool or RolloutBatch) carrying the step context of a fake ``module``
+    (``steps_done``, ``seed``), as GRPOModule attaches it to the records of a real step."""
+    pool = getattr(record, "pool", record)
+    pool.context = StepContext(step=int(getattr(module, "steps_done", 0)), seed=int(getattr(module, "seed", 0)))
+    return record

@@ -236,7 +236,7 @@ def test_cold_start_and_random_control_keep_seeded_random_subsets_of_the_same_si
 def _setup(arrol, others=(), max_new=16, group=8):
     module = SimpleNamespace(
         rollout_settings=SimpleNamespace(max_new_tokens=max_new, num_generations=group),
-        policy=None, tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=0),
+        lockstep=False, hidden_size=0,
     )
     selectors = [arrol, *others]
     arrol.setup_selection(None, module, selectors)

@@ -8,6 +8,7 @@ import torch
 
 from lit_rlvr.callbacks.greso import GRESO, seeded_uniform
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+from tests.callbacks.fixtures import at_step
 
 
 def make_pool(ids, batch_size=None):
@@ -68,7 +69,7 @@ def test_never_skips_unseen_or_zero_streak_prompts():
     g = GRESO()
     g.table.set("last_step", np.arange(500), 0)  # ids 0..499 seen with a mixed last group
     pool = make_pool(range(1000))
-    g.on_train_batch_start(None, module(step=3), pool, 0)
+    g.on_train_batch_start(None, module(step=3), at_step(pool, module(step=3)), 0)
     assert bool(pool.keep.all())
     assert g.metrics()["prompts_skipped"] == 0.0 and g.metrics()["prompts_kept"] == 1000.0
 
@@ -79,7 +80,7 @@ def test_skips_are_the_seeded_uniform_below_the_probability():
     g.table.set("z_easy", ids[:1000], 1)  # skip prob 0.5
     g.table.set("z_hard", ids[1000:], 3)  # skip prob 0.875
     pool = make_pool(ids)
-    g.on_train_batch_start(None, module(step=4, seed=7), pool, 0)
+    g.on_train_batch_start(None, module(step=4, seed=7), at_step(pool, module(step=4, seed=7)), 0)
     u = seeded_uniform(7, 4, ids, salt="greso")
     expected = ~(u < np.where(ids < 1000, 0.5, 0.875))
     assert pool.keep.numpy().tolist() == expected.tolist()
@@ -95,7 +96,7 @@ def test_already_dropped_prompts_are_not_counted():
     g.table.set("z_easy", np.array([1, 2]), 7)
     pool = make_pool([1, 2, 3])
     pool.keep[0] = False
-    g.on_train_batch_start(None, module(), pool, 0)
+    g.on_train_batch_start(None, module(), at_step(pool, module()), 0)
     assert g.metrics()["prompts_skipped"] + g.metrics()["prompts_kept"] == 2.0
 
 
@@ -118,8 +119,8 @@ def test_same_seed_and_step_give_same_decisions_and_state_dict_roundtrip():
     restored.load_state_dict(g.state_dict())
     for step in (4, 5):
         p1, p2 = make_pool(ids), make_pool(ids)
-        g.on_train_batch_start(None, module(step=step, seed=3), p1, 0)
-        restored.on_train_batch_start(None, module(step=step, seed=3), p2, 0)
+        g.on_train_batch_start(None, module(step=step, seed=3), at_step(p1, module(step=step, seed=3)), 0)
+        restored.on_train_batch_start(None, module(step=step, seed=3), at_step(p2, module(step=step, seed=3)), 0)
         assert torch.equal(p1.keep, p2.keep)
         assert 0 < int((~p1.keep).sum()) < len(ids)
         kinds = rng.integers(0, 3, len(ids))
@@ -154,7 +155,7 @@ def test_z_counts_follow_the_scripted_history():
         [(0, 0), (1, 0), (0, 0)],
     ]
     for step, (groups, want) in enumerate(zip(history, expected)):
-        g.on_rollouts_scored(None, module(step=step), make_batch(groups))
+        g.on_rollouts_scored(None, module(step=step), at_step(make_batch(groups), module(step=step)))
         got = [(int(g.table.get("z_easy", [i])[0]), int(g.table.get("z_hard", [i])[0])) for i in (1, 2, 3)]
         assert got == want, f"step {step}"
     # After step 2, id 1 (z_easy = 3) was skipped with probability 0.875; after step 3, never.
@@ -163,7 +164,7 @@ def test_z_counts_follow_the_scripted_history():
 def test_easy_threshold_handles_format_bonus_rewards():
     # Rewards = correctness + 0.1 format bonus: all-wrong-but-formatted groups are 0.1 each.
     g = GRESO(easy_threshold=0.5)
-    g.on_rollouts_scored(None, module(), make_batch({1: [1.1] * 4, 2: [0.1] * 4, 3: [1.1, 0.1, 0.1, 0.1]}))
+    g.on_rollouts_scored(None, module(), at_step(make_batch({1: [1.1] * 4, 2: [0.1] * 4, 3: [1.1, 0.1, 0.1, 0.1]}), module()))
     assert g.table.get("z_easy", [1, 2, 3]).tolist() == [1, 0, 0]
     assert g.table.get("z_hard", [1, 2, 3]).tolist() == [0, 1, 0]
 
@@ -181,7 +182,7 @@ def test_duplicate_prompt_rows_from_two_ranks():
 
 def test_no_adaptation_in_the_first_epoch():
     g = GRESO()
-    g.on_rollouts_scored(trainer_with_epoch(lambda k: 0), module(step=0), make_batch({1: EASY, 2: HARD, 3: EASY}))
+    g.on_rollouts_scored(trainer_with_epoch(lambda k: 0), module(step=0), at_step(make_batch({1: EASY, 2: HARD, 3: EASY}), module(step=0)))
     assert (g.p_easy, g.p_hard) == (0.5, 0.5)
 
 
@@ -190,37 +191,37 @@ def test_p_updates_by_hand_from_the_second_epoch():
     trainer = trainer_with_epoch(lambda k: 1)
     # 4 groups: 1 easy, 1 hard, 2 mixed -> easy ratio 0.25 >= 0.25/3 = 0.0833 -> p_easy 0.50 - 0.01 = 0.49;
     # hard ratio 0.25 >= 2·0.25/3 = 0.1667 -> p_hard 0.49.
-    g.on_rollouts_scored(trainer, module(step=10), make_batch({1: EASY, 2: HARD, 3: MIXED, 4: MIXED}))
+    g.on_rollouts_scored(trainer, module(step=10), at_step(make_batch({1: EASY, 2: HARD, 3: MIXED, 4: MIXED}), module(step=10)))
     assert (g.p_easy, g.p_hard) == pytest.approx((0.49, 0.49))
     assert g.expected_effective_ratio() == pytest.approx(0.5)
     # 10 groups: 1 easy (0.1 >= 0.0833 -> 0.48), 1 hard (0.1 < 0.1667 -> 0.50), 8 mixed.
     groups = {1: EASY, 2: HARD, **{i: MIXED for i in range(3, 11)}}
-    g.on_rollouts_scored(trainer, module(step=11), make_batch(groups))
+    g.on_rollouts_scored(trainer, module(step=11), at_step(make_batch(groups), module(step=11)))
     assert (g.p_easy, g.p_hard) == pytest.approx((0.48, 0.50))
     m = g.metrics()
     assert m["easy_ratio"] == pytest.approx(0.1) and m["hard_ratio"] == pytest.approx(0.1) and m["epoch"] == 1.0
     # All mixed: both below target -> both +0.01: 0.49, 0.51.
-    g.on_rollouts_scored(trainer, module(step=12), make_batch({i: MIXED for i in range(5)}))
+    g.on_rollouts_scored(trainer, module(step=12), at_step(make_batch({i: MIXED for i in range(5)}), module(step=12)))
     assert (g.p_easy, g.p_hard) == pytest.approx((0.49, 0.51))
 
 
 def test_p_stays_within_bounds():
     g = GRESO(p_easy=0.05, p_hard=0.95)
     trainer = trainer_with_epoch(lambda k: 3)
-    g.on_rollouts_scored(trainer, module(step=1), make_batch({1: EASY, 2: MIXED}))  # easy 0.5 high, hard 0 low
+    g.on_rollouts_scored(trainer, module(step=1), at_step(make_batch({1: EASY, 2: MIXED}), module(step=1)))  # easy 0.5 high, hard 0 low
     assert (g.p_easy, g.p_hard) == pytest.approx((0.05, 0.95))
 
 
 def test_second_epoch_inferred_from_a_prompt_seen_before():
     g = GRESO()
-    g.on_rollouts_scored(None, module(step=0), make_batch({0: EASY, 1: EASY}))
-    g.on_rollouts_scored(None, module(step=1), make_batch({2: EASY, 3: EASY}))
+    g.on_rollouts_scored(None, module(step=0), at_step(make_batch({0: EASY, 1: EASY}), module(step=0)))
+    g.on_rollouts_scored(None, module(step=1), at_step(make_batch({2: EASY, 3: EASY}), module(step=1)))
     assert (g.p_easy, g.epoch) == (0.5, 0)
     # Step 2 rolls out prompt 0 again: the data has been through once -> epoch 1, adapt
     # (easy ratio 1.0 >= target -> 0.49; hard 0 < target -> 0.51).
-    g.on_rollouts_scored(None, module(step=2), make_batch({0: EASY, 4: MIXED}))
+    g.on_rollouts_scored(None, module(step=2), at_step(make_batch({0: EASY, 4: MIXED}), module(step=2)))
     assert g.epoch == 1 and (g.p_easy, g.p_hard) == pytest.approx((0.49, 0.51))
-    g.on_rollouts_scored(None, module(step=3), make_batch({5: MIXED}))  # stays in the second epoch
+    g.on_rollouts_scored(None, module(step=3), at_step(make_batch({5: MIXED}), module(step=3)))  # stays in the second epoch
     assert g.epoch == 1 and (g.p_easy, g.p_hard) == pytest.approx((0.50, 0.52))
 
 

@@ -13,7 +13,7 @@ import torch
 
 from lit_rlvr.callbacks.leeps import LEEPS, blend_prediction, neighbour_mean, split_slots
 from lit_rlvr.callbacks.prompt_index import PromptIndex, normalise
-from tests.callbacks.fixtures import make_batch, make_pool
+from tests.callbacks.fixtures import at_step, make_batch, make_pool
 from tests.callbacks.test_integration import COMMON, RECORDER, ROOT, TINY, _assert_same, _fit
 
 faiss = pytest.importorskip("faiss")
@@ -84,7 +84,7 @@ def test_select_splits_by_window_ratios():
     sel.window_nontrivial[0] = [3, 1]
     assert sel.nontrivial_ratios() == (0.75, 0.25)
     pool = make_pool(list(range(40)), 8)
-    sel.on_train_batch_start(None, module(1), pool, 0)
+    sel.on_train_batch_start(None, module(1), at_step(pool, module(1)), 0)
     kept = pool.ids[pool.keep].tolist()
     assert len(kept) == 8 and sum(k < 20 for k in kept) == 6
     m = sel.metrics()
@@ -173,7 +173,7 @@ def test_explore_prefers_prediction_near_one_half():
     sel.index.upsert(np.array([10, 11]), vectors[[10, 11]], step=0)
     sel.observe(rows({0: [1.0] * 4, 2: [0.0] * 4, 3: [0.0] * 4, 10: [1.0] * 4, 11: [0.0] * 4}), step=0)
     pool = make_pool([3, 0, 2, 1], 2)
-    sel.on_train_batch_start(None, module(1), pool, 0)
+    sel.on_train_batch_start(None, module(1), at_step(pool, module(1)), 0)
     est = sel.predict([0, 1, 2, 3])
     np.testing.assert_allclose(est["p_hat"], [5 / 6, 0.5, 0.5, 0.1])
     assert sorted(pool.ids[pool.keep].tolist()) == [1, 2]  # the two at 0.5
@@ -195,7 +195,7 @@ def test_exploit_takes_largest_last_variance():
     sel.observe(rows({0: [1, 1, 0, 0], 1: [1, 0, 0, 0], 2: [1, 1, 1, 0], 3: [1, 1, 1, 1]}), step=0)
     sel.window_groups[0], sel.window_nontrivial[0] = [3, 1], [3, 0]  # exploit ratio 1, explore 0
     pool = make_pool([3, 2, 1, 0], 2)
-    sel.on_train_batch_start(None, module(1), pool, 0)
+    sel.on_train_batch_start(None, module(1), at_step(pool, module(1)), 0)
     # B = 2 all to exploit (floor 0): variance 0.25 first, then the tie 2 vs 1 in pool order (2 first)
     assert sorted(pool.ids[pool.keep].tolist()) == [0, 2]
 
@@ -264,15 +264,15 @@ def test_refresh_all_re_embeds_every_indexed_prompt_every_r_steps(refresh):
     rng = np.random.default_rng(3)
     sel = leeps_with(rng.normal(size=(10, 4)), refresh_every=3, refresh=refresh)
     trainer = SimpleNamespace(datamodule=PromptsById(10), world_size=1)
-    sel.on_train_batch_start(trainer, module(0), make_pool([0, 1, 2, 3], 2), 0)
-    sel.on_train_batch_start(trainer, module(1), make_pool([4, 5], 2), 0)
+    sel.on_train_batch_start(trainer, module(0), at_step(make_pool([0, 1, 2, 3], 2), module(0)), 0)
+    sel.on_train_batch_start(trainer, module(1), at_step(make_pool([4, 5], 2), module(1)), 0)
     sel.encoder.vectors = rng.normal(size=(10, 4)).astype(np.float32)  # the policy moved
-    sel.on_train_batch_start(trainer, module(3), make_pool([0, 6], 2), 0)
+    sel.on_train_batch_start(trainer, module(3), at_step(make_pool([0, 6], 2), module(3)), 0)
     fresh = sel.index.embedded_step(np.arange(7)) == 3
     current = np.isclose(sel.index.vectors(np.arange(7)), normalise(sel.encoder.vectors[:7]), atol=1e-6).all(axis=1)
     if refresh == "all":  # 0..5 refreshed at step 3 (6 is new): every vector is the current policy's
         assert fresh.all() and current.all() and sel.metrics()["refreshed_all"] == 6 and sel.full_refresh_step == 3
-        sel.on_train_batch_start(trainer, module(5), make_pool([7], 2), 0)
+        sel.on_train_batch_start(trainer, module(5), at_step(make_pool([7], 2), module(5)), 0)
         assert sel.metrics()["refreshed_all"] == 0  # next full refresh at step 6
         again = leeps_with(sel.encoder.vectors, refresh_every=3, refresh="all")
         again.load_state_dict(torch.load(_save(sel.state_dict()), weights_only=False))
@@ -282,8 +282,8 @@ def test_refresh_all_re_embeds_every_indexed_prompt_every_r_steps(refresh):
         assert current.tolist() == fresh.tolist()
     with pytest.raises(ValueError, match="refresh: all re-embeds prompts by id from trainer.datamodule"):
         no_dm = leeps_with(rng.normal(size=(10, 4)), refresh_every=1, refresh="all")
-        no_dm.on_train_batch_start(None, module(0), make_pool([0, 1], 2), 0)
-        no_dm.on_train_batch_start(None, module(1), make_pool([0, 1], 2), 0)
+        no_dm.on_train_batch_start(None, module(0), at_step(make_pool([0, 1], 2), module(0)), 0)
+        no_dm.on_train_batch_start(None, module(1), at_step(make_pool([0, 1], 2), module(1)), 0)
 
 
 def _exploit_only(**kwargs):
@@ -347,11 +347,11 @@ def test_observe_window_and_prediction_error_by_hand():
 def test_embeds_new_and_stale_candidates_only():
     sel = leeps_with(np.random.default_rng(0).normal(size=(10, 4)), refresh_every=3)
     pool = make_pool([0, 1, 2, 3], 2)
-    sel.on_train_batch_start(None, module(0), pool, 0)
+    sel.on_train_batch_start(None, module(0), at_step(pool, module(0)), 0)
     assert sel.metrics()["embedded"] == 4
-    sel.on_train_batch_start(None, module(2), make_pool([0, 1, 4], 2), 0)
+    sel.on_train_batch_start(None, module(2), at_step(make_pool([0, 1, 4], 2), module(2)), 0)
     assert sel.metrics()["embedded"] == 1  # only 4 is new; 0, 1 are 2 steps old
-    sel.on_train_batch_start(None, module(3), make_pool([0, 4], 2), 0)
+    sel.on_train_batch_start(None, module(3), at_step(make_pool([0, 4], 2), module(3)), 0)
     assert sel.metrics()["embedded"] == 1 and sel.index.embedded_step([0, 4]).tolist() == [3, 2]
 
 
@@ -364,11 +364,11 @@ def _drive(sel, steps):
         rng = np.random.default_rng(1000 + step)  # rewards depend on the step only
         ids = np.random.default_rng(step).permutation(60)[:24].tolist()
         pool = make_pool(ids, 6)
-        sel.on_train_batch_start(None, module(step), pool, 0)
+        sel.on_train_batch_start(None, module(step), at_step(pool, module(step)), 0)
         chosen = torch.nonzero(pool.keep).flatten().tolist()
         kept.append(pool.ids[pool.keep].tolist())
         groups = {p: (rng.random(4) < (ids[p] % 7) / 6).astype(float).tolist() for p in chosen}
-        sel.on_rollouts_scored(None, module(step), make_batch(pool, groups))
+        sel.on_rollouts_scored(None, module(step), at_step(make_batch(pool, groups), module(step)))
     return kept
 
 
@@ -409,7 +409,7 @@ def test_missing_faiss_fails_at_setup_naming_the_fix(monkeypatch):
 
 def test_dimension_mismatch_on_resume_names_the_cause_and_fix():
     old = leeps_with(np.eye(8, dtype=np.float32))
-    old.on_train_batch_start(None, module(0), make_pool([0, 1, 2], 1), 0)
+    old.on_train_batch_start(None, module(0), at_step(make_pool([0, 1, 2], 1), module(0)), 0)
     state = old.state_dict()
     new = LEEPS()
     new.load_state_dict(state)
@@ -421,7 +421,7 @@ def test_dimension_mismatch_on_resume_names_the_cause_and_fix():
     again.encoder = TableEncoder(np.eye(16, dtype=np.float32))
     again.setup_selection(None, module(), [again])
     assert len(again.index) == 0
-    again.on_train_batch_start(None, module(1), make_pool([0, 1, 2], 1), 0)
+    again.on_train_batch_start(None, module(1), at_step(make_pool([0, 1, 2], 1), module(1)), 0)
     assert again.index.dim == 16
 
 
@@ -517,7 +517,10 @@ def test_policy_encoder_is_the_final_prompt_token_state_whatever_the_batch():
     from lit_rlvr.policy import PolicyConfig, load_policy
 
     policy, tokenizer = load_policy(PolicyConfig(name_or_path="tiny"))
-    mod = SimpleNamespace(policy=policy, tokenizer=tokenizer, device=torch.device("cpu"))
+    from lit_rlvr.module import GRPOModule
+
+    mod = GRPOModule()  # the SelectionHost whose forwards the encoder asks for
+    mod.policy, mod.tokenizer = policy, tokenizer
     msgs = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "Add 1 and 1, then multiply by 7."}]]
     enc = PolicyEncoder(batch_size=8)
     both = enc.encode(mod, msgs)  # [2, D], padded together

@@ -8,7 +8,7 @@ import torch
 
 from lit_rlvr.callbacks.base import seeded_generator
 from lit_rlvr.callbacks.mopps import MoPPS, beta_thompson, group_success
-from tests.callbacks.fixtures import make_batch, make_pool
+from tests.callbacks.fixtures import at_step, make_batch, make_pool
 
 
 def module(step=0, seed=0):
@@ -19,17 +19,17 @@ def test_posterior_update_by_hand():
     m = MoPPS(decay=0.5)
     pool = make_pool([3, 9], 2)
     # step 0: prompt 3 gets 4 rollouts, 3 correct: α = 0.5·1 + 0.5·1 + 3 = 4, β = 0.5·1 + 0.5·1 + 1 = 2
-    m.on_rollouts_scored(None, module(), make_batch(pool, {0: [1, 1, 0, 1]}))
+    m.on_rollouts_scored(None, module(), at_step(make_batch(pool, {0: [1, 1, 0, 1]}), module()))
     a, b = m.posterior([3, 9])
     assert a.tolist() == [4.0, 1.0] and b.tolist() == [2.0, 1.0]  # 9 not rolled out: still the prior
     # step 1: prompt 3, 4 rollouts, 1 correct (s = 0.25, n = 4):
     #   α = 0.5·4 + 0.5·1 + 4·0.25 = 3.5;  β = 0.5·2 + 0.5·1 + 4·0.75 = 4.5
-    m.on_rollouts_scored(None, module(1), make_batch(pool, {0: [0, 1, 0, 0]}))
+    m.on_rollouts_scored(None, module(1), at_step(make_batch(pool, {0: [0, 1, 0, 0]}), module(1)))
     a, b = m.posterior([3])
     assert a.tolist() == [3.5] and b.tolist() == [4.5]
     # λ = 1 (default): plain counting, α = 1 + 2, β = 1 + 1
     m1 = MoPPS()
-    m1.on_rollouts_scored(None, module(), make_batch(pool, {1: [1, 0, 1]}))
+    m1.on_rollouts_scored(None, module(), at_step(make_batch(pool, {1: [1, 0, 1]}), module()))
     assert [x.tolist() for x in m1.posterior([9])] == [[3.0], [2.0]]
 
 
@@ -44,7 +44,7 @@ def test_duplicate_prompt_across_ranks_is_one_observation():
     # the same prompt rolled out on two ranks: rows merge, decay applied once
     m = MoPPS(decay=0.5)
     pool = make_pool([3, 3], 2)
-    m.on_rollouts_scored(None, module(), make_batch(pool, {0: [1, 0], 1: [1, 1]}))
+    m.on_rollouts_scored(None, module(), at_step(make_batch(pool, {0: [1, 0], 1: [1, 1]}), module()))
     a, b = m.posterior([3])
     assert a.tolist() == [1.0 + 3] and b.tolist() == [1.0 + 1]
 
@@ -100,14 +100,14 @@ def test_state_dict_roundtrip_reproduces_selection():
     rng = np.random.default_rng(0)
     for step in range(3):
         groups = {p: rng.integers(0, 2, size=4).astype(float).tolist() for p in range(0, 20, 2)}
-        m.on_rollouts_scored(None, module(step), make_batch(pool, groups))
+        m.on_rollouts_scored(None, module(step), at_step(make_batch(pool, groups), module(step)))
     restored = MoPPS(decay=0.5)
     restored.load_state_dict(m.state_dict())
     assert all(isinstance(v, torch.Tensor) for v in m.state_dict()["table"].values())
     for step in (3, 4):
         a, b = make_pool(list(range(20)), 5), make_pool(list(range(20)), 5)
-        m.on_train_batch_start(None, module(step, seed=1), a, 0)
-        restored.on_train_batch_start(None, module(step, seed=1), b, 0)
+        m.on_train_batch_start(None, module(step, seed=1), at_step(a, module(step, seed=1)), 0)
+        restored.on_train_batch_start(None, module(step, seed=1), at_step(b, module(step, seed=1)), 0)
         assert a.keep.tolist() == b.keep.tolist() and int(a.keep.sum()) == 5
     assert restored.updates == m.updates == 3
 

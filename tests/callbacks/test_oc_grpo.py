@@ -25,10 +25,12 @@ from lit_rlvr.policy import PolicyConfig
 from lit_rlvr.rewards import CallableReward, RewardScorer
 from lit_rlvr.rollout.base import SamplingConfig
 from lit_rlvr.rollout.loop import RolloutStats
-from lit_rlvr.rollout.revise import revise
+from lit_rlvr.prompts import render_prompt
+from lit_rlvr.rollout.revise import generate_scored, revise
 from lit_rlvr.accounting import step_metrics
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 
+from tests.callbacks.fixtures import at_step
 from tests.callbacks.test_integration import _assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,8 +180,8 @@ def _fake_module(engine):
     loop = SimpleNamespace(engine=engine, tokenizer=_CharTokenizer(), scorer=RewardScorer([CallableReward(fn="tests.callbacks.test_oc_grpo:shown_key")]),
                            sampling=SamplingConfig(1.0, 1.0, 8))
     oc = OCGRPO()
-    module = SimpleNamespace(accuracy_reward="shown_key", rollout_loop=loop, steps_done=3, global_rank=0, seed=7, trainer=None)
-    module._selectors = lambda kind: [oc] if isinstance(oc, kind) else []
+    module = SimpleNamespace(accuracy_reward="shown_key", render_prompt=lambda messages: render_prompt(loop.tokenizer, messages),
+                             generate_and_score=lambda *args: generate_scored(loop, *args))
     return module, oc
 
 
@@ -201,7 +203,7 @@ def test_revise_replaces_solved_groups_whole_and_leaves_unsolved_ones():
     engine = _EchoEngine()
     module, oc = _fake_module(engine)
     stats = RolloutStats()
-    batch = revise(module, batch, stats)
+    batch = revise(oc, None, module, at_step(batch, SimpleNamespace(steps_done=3, seed=7)), stats)
 
     # one batched call per fraction for the groups still unsolved: {0, 1} at 0.2 and 0.4, then {1}
     assert [n for _, n, _ in engine.calls] == [[2, 2], [2, 2], [2], [2], [2]]
@@ -311,8 +313,8 @@ def test_with_several_iterations_pi_old_on_x_is_the_modules_pre_update_old_logpr
     batch = _guided_batch(module, seed=1)
     plain, _ = OCGRPO().context_logprobs(module, batch, [0, 2])  # [2, L]
     tensors = collate_rollouts(batch, torch.tensor([0, 2]), module._pad_id)
-    with torch.no_grad():  # what _update's first iteration records as π_old, before any optimizer step
-        old = module._logprobs(module.policy, tensors)
+    with torch.no_grad():  # what the update's first iteration records as π_old, before any optimizer step
+        old = module.updater.logprobs(module.policy, tensors)
     assert torch.allclose(plain * tensors.completion_mask, old * tensors.completion_mask, atol=1e-5)
 
 
@@ -342,7 +344,7 @@ def test_guided_row_gradient_is_advantage_times_weight_times_the_grpo_gradient()
 
 
 def test_module_loss_gradient_scales_each_tokens_grpo_gradient_by_its_weight():
-    """Through GRPOModule._micro_batch_loss: ∇θ(weighted row) = Σ_t w_t ∇θ(GRPO loss of token t alone)."""
+    """Through the module's Updater.micro_batch_loss: ∇θ(weighted row) = Σ_t w_t ∇θ(GRPO loss of token t alone)."""
     module = _tiny_module(epsilon_low=0.2, epsilon_high=0.2)
     batch = _guided_batch(module)
     t = collate_rollouts(batch, torch.tensor([0]), module._pad_id)  # the guided row, plain prompt x, A = 0.7
@@ -352,7 +354,7 @@ def test_module_loss_gradient_scales_each_tokens_grpo_gradient_by_its_weight():
     def grad(weights):
         t.token_weights = weights
         module.policy.zero_grad(set_to_none=True)
-        loss, _ = module._micro_batch_loss(t, norm)
+        loss, _ = module.updater.micro_batch_loss(t, norm)
         loss.backward()
         return torch.cat([p.grad.flatten() for p in params])
 

@@ -9,6 +9,7 @@ import torch
 
 from lit_rlvr.callbacks.pods import PODS, max_variance_subset, max_variance_subsets
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+from tests.callbacks.fixtures import at_step
 
 
 def make_batch(prompt_index, rewards, pool_ids=None, keep=None):
@@ -136,7 +137,7 @@ def test_filter_keeps_m_per_group_and_respects_prior_keep():
     keep[0] = False  # an earlier filter dropped prompt 0's first rollout (a correct one)
     batch = make_batch(pi, rewards, keep=keep)
     pods = PODS(num_keep=4)
-    mask = pods.select_rollouts(None, module(), batch)
+    mask = pods.select_rollouts(None, module(), at_step(batch, module()))
     assert not mask[0]  # never re-admitted
     rows0 = [i for i in range(16) if pi[i] == 0 and mask[i]]
     rows1 = [i for i in range(16) if pi[i] == 1 and mask[i]]
@@ -153,7 +154,7 @@ def test_variable_group_sizes():
     pi = [0] * 6 + [1] * 10 + [2] * 2
     gen = torch.Generator().manual_seed(1)
     rewards = torch.rand(len(pi), generator=gen).tolist()
-    mask = PODS(num_keep=4).select_rollouts(None, module(), make_batch(pi, rewards))
+    mask = PODS(num_keep=4).select_rollouts(None, module(), at_step(make_batch(pi, rewards), module()))
     kept = torch.tensor(pi)[mask]
     assert [(kept == p).sum().item() for p in range(3)] == [4, 4, 2]
     r = np.array(rewards)
@@ -164,7 +165,7 @@ def test_variable_group_sizes():
 
 def test_max_reward_rule_takes_highest_ties_in_generation_order():
     rewards = [0.5, 1.0, 0.0, 1.0, 1.0, 0.2]
-    mask = PODS(num_keep=2, rule="max_reward").select_rollouts(None, module(), make_batch([0] * 6, rewards))
+    mask = PODS(num_keep=2, rule="max_reward").select_rollouts(None, module(), at_step(make_batch([0] * 6, rewards), module()))
     assert mask.tolist() == [False, True, False, True, False, False]
 
 
@@ -172,11 +173,11 @@ def test_random_rule_is_seeded_by_seed_step_prompt():
     pi = [0] * 8 + [1] * 8
     rewards = [float(i % 2) for i in range(16)]
     pods = PODS(num_keep=3, rule="random")
-    a = pods.select_rollouts(None, module(steps_done=5, seed=1), make_batch(pi, rewards))
-    b = pods.select_rollouts(None, module(steps_done=5, seed=1), make_batch(pi, rewards))
+    a = pods.select_rollouts(None, module(steps_done=5, seed=1), at_step(make_batch(pi, rewards), module(steps_done=5, seed=1)))
+    b = pods.select_rollouts(None, module(steps_done=5, seed=1), at_step(make_batch(pi, rewards), module(steps_done=5, seed=1)))
     assert torch.equal(a, b)
     assert a[:8].sum() == 3 and a[8:].sum() == 3
-    masks = {tuple(pods.select_rollouts(None, module(steps_done=s, seed=1), make_batch(pi, rewards)).tolist()) for s in range(6)}
+    masks = {tuple(pods.select_rollouts(None, module(steps_done=s, seed=1), at_step(make_batch(pi, rewards), module(steps_done=s, seed=1))).tolist()) for s in range(6)}
     assert len(masks) > 1  # different steps draw differently
 
 

@@ -102,7 +102,7 @@ def simulate(
     for i in range(cfg.steps):
         step = module.steps_done
         sim.step = step
-        pool = dm.pool(step)
+        pool = module.on_before_batch_transfer(dm.pool(step), 0)  # the step's context, as Lightning attaches it
         watch.reset()
         for cb in callbacks:  # Lightning's on_train_batch_start, every callback in list order
             cb.on_train_batch_start(trainer, module, pool, i)

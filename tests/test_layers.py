@@ -1,0 +1,251 @@
+"""The layers of lit_rlvr (docs/architecture.md, "Layers"): no import runs from a lower layer up.
+
+Two checks of one map (``LAYERS``):
+
+* static: every import statement in every file of ``lit_rlvr/`` (top level, inside a function,
+  under ``TYPE_CHECKING``) names a module of the same or a lower layer;
+* at run time: importing a representative module of each layer in a fresh interpreter loads
+  no module of a higher layer (so ``lit_rlvr.rollout.loop`` and ``lit_rlvr.module`` load no
+  selection method, and the contract loads neither the rollout loop nor the module).
+
+A new module must be placed in ``LAYERS`` (and in the docs' table) before this test passes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LAYERS: dict[str, int] = {
+    # 0. records and contract: what every stage passes and the selection contract.
+    "lit_rlvr.types": 0,
+    "lit_rlvr.advantages": 0,
+    "lit_rlvr.selection": 0,
+    "lit_rlvr.selection_host": 0,
+    "lit_rlvr.selection_host": 0,
+    # 1. building blocks: pure functions and infrastructure that know no step.
+    "lit_rlvr.prompts": 1,
+    "lit_rlvr.rewards": 1,
+    "lit_rlvr.losses": 1,
+    "lit_rlvr.collate": 1,
+    "lit_rlvr.accounting": 1,
+    "lit_rlvr.settings": 1,
+    "lit_rlvr.policy": 1,
+    "lit_rlvr.sharding": 1,
+    "lit_rlvr.checkpointing": 1,
+    "lit_rlvr.sharded_checkpoints": 1,
+    "lit_rlvr.preemption": 1,
+    "lit_rlvr.guards": 1,
+    "lit_rlvr.data": 1,
+    "lit_rlvr.console": 1,
+    "lit_rlvr.plot": 1,
+    "lit_rlvr.loggers": 1,
+    "lit_rlvr.voting": 1,
+    # 2. rollout: engines and the rollout loop (stages 2-3b).
+    "lit_rlvr.rollout": 2,
+    # 3. trainers: the LightningModules, the update, and what runs beside them.
+    "lit_rlvr.policy_module": 3,
+    "lit_rlvr.module": 3,
+    "lit_rlvr.update": 3,
+    "lit_rlvr.dpo": 3,
+    "lit_rlvr.g2d": 3,
+    "lit_rlvr.group_records": 3,
+    # 4. methods: the selection callbacks.
+    "lit_rlvr.callbacks": 4,
+    # 5. applications: the command line, reports and benchmarks.
+    "lit_rlvr": 5,  # the package's __init__ (only a version string)
+    "lit_rlvr.cli": 5,
+    "lit_rlvr.runs": 5,
+    "lit_rlvr.config_checks": 5,
+    "lit_rlvr.selection_report": 5,
+    "lit_rlvr.summary": 5,
+    "lit_rlvr.arrol_vote": 5,
+    "lit_rlvr.g2d.pipeline": 5,
+    "lit_rlvr.bench": 5,
+}
+"""Module or package name -> layer; the longest matching prefix decides."""
+
+NAMES = ["records and contract", "building blocks", "rollout", "trainers", "methods", "applications"]
+
+REPRESENTATIVES: dict[int, list[str]] = {
+    0: ["lit_rlvr.types", "lit_rlvr.selection"],
+    1: ["lit_rlvr.prompts", "lit_rlvr.data.lengths", "lit_rlvr.rewards", "lit_rlvr.collate", "lit_rlvr.losses"],
+    2: ["lit_rlvr.rollout.loop", "lit_rlvr.rollout.revise"],
+    3: ["lit_rlvr.module", "lit_rlvr.dpo", "lit_rlvr.g2d"],
+    4: ["lit_rlvr.callbacks"],
+}
+"""Per layer, modules imported together in one fresh interpreter."""
+
+
+def layer_of(module: str, layers: dict[str, int] = LAYERS) -> Optional[int]:
+    """The layer of ``module`` by its longest prefix in ``layers`` (None: not placed).
+
+    The package itself (``lit_rlvr``, its ``__init__``) is matched only exactly, so that a new
+    module nobody placed is reported rather than taken for the package.
+    """
+    parts = module.split(".")
+    for n in range(len(parts), 1, -1):
+        name = ".".join(parts[:n])
+        if name in layers:
+            return layers[name]
+    return layers.get(module)
+
+
+def module_names(package_dir: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module under ``package_dir`` (a package ``__init__`` is the package)."""
+    out = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def imported_modules(name: str, path: Path, known: set[str], run_time_only: bool = False) -> list[tuple[int, str]]:
+    """(line, module) of every lit_rlvr import in the file, wherever it stands (functions, TYPE_CHECKING).
+
+    ``run_time_only``: only the imports that run when the module is imported (its body's
+    statements, not those in functions or under ``if TYPE_CHECKING``).
+    """
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nodes = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))] if run_time_only else ast.walk(tree)
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join(package + ([base] if base else []))
+            for a in node.names:  # `from pkg import submodule` imports the submodule
+                full = f"{base}.{a.name}"
+                found.append((node.lineno, full if full in known else base))
+    return [(line, m) for line, m in dict.fromkeys(found) if m == "lit_rlvr" or m.startswith("lit_rlvr.")]
+
+
+def upward_imports(package_dir: Path, layers: dict[str, int] = LAYERS) -> tuple[list[str], list[str]]:
+    """(imports from a lower layer to a higher one, modules no layer holds), as readable lines."""
+    modules = module_names(package_dir)
+    upward, unplaced = [], []
+    for name, path in modules.items():
+        own = layer_of(name, layers)
+        if own is None:
+            unplaced.append(name)
+            continue
+        for line, target in imported_modules(name, path, set(modules)):
+            theirs = layer_of(target, layers)
+            if theirs is not None and theirs > own:
+                upward.append(f"{path.relative_to(package_dir.parent)}:{line}: {name} (layer {own}) imports {target} (layer {theirs})")
+    return upward, unplaced
+
+
+def import_circles(package_dir: Path, run_time_only: bool = False) -> list[set[str]]:
+    """The module sets that import each other in a circle (strongly connected, two or more).
+
+    Every import counts by default, also those in functions or under ``TYPE_CHECKING``: those
+    only hide a circle from the interpreter, they do not remove it.
+    """
+    modules = module_names(package_dir)
+    graph = {
+        name: {m for _, m in imported_modules(name, path, set(modules), run_time_only) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[set[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while not component or w != v:
+                w = stack.pop()
+                component.add(w)
+            if len(component) > 1:
+                circles.append(component)
+
+    for name in sorted(graph):
+        if name not in index:
+            connect(name)
+    return circles
+
+
+KNOWN_CIRCLES = [
+    {"lit_rlvr.checkpointing", "lit_rlvr.sharded_checkpoints"},  # in-function imports
+    {"lit_rlvr.rewards.base", "lit_rlvr.rewards.sandbox_settings", "lit_rlvr.rewards.timeout"},  # TYPE_CHECKING
+    {"lit_rlvr.selection_report", "lit_rlvr.summary"},  # in-function imports
+]
+"""Circles inside one layer that are left to undo; none may grow and no new one may appear."""
+
+
+def test_no_import_circle():
+    assert import_circles(ROOT / "lit_rlvr", run_time_only=True) == []
+    new = [sorted(c) for c in import_circles(ROOT / "lit_rlvr") if not any(c <= known for known in KNOWN_CIRCLES)]
+    assert not new, f"import circles (counting imports in functions and under TYPE_CHECKING): {new}"
+
+
+def test_no_import_runs_from_a_lower_layer_to_a_higher_one():
+    upward, unplaced = upward_imports(ROOT / "lit_rlvr")
+    assert not unplaced, f"place these modules in tests/test_layers.py LAYERS and docs/architecture.md: {unplaced}"
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)
+
+
+def test_the_static_check_finds_an_upward_import_wherever_it_stands(tmp_path):
+    package = tmp_path / "lit_rlvr"
+    (package / "rollout").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "module.py").write_text("X = 1\n")
+    (package / "rollout" / "__init__.py").write_text("")
+    (package / "rollout" / "loop.py").write_text("from lit_rlvr.types import A\n")
+    (package / "types.py").write_text(
+        textwrap.dedent(
+            """
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from lit_rlvr.rollout import loop
+            def f():
+                import lit_rlvr.module
+            """
+        )
+    )
+    (package / "stray.py").write_text("")
+    upward, unplaced = upward_imports(package)
+    assert unplaced == ["lit_rlvr.stray"]
+    assert [line.split(": ", 1)[1] for line in upward] == [
+        "lit_rlvr.types (layer 0) imports lit_rlvr.rollout.loop (layer 2)",
+        "lit_rlvr.types (layer 0) imports lit_rlvr.module (layer 3)",
+    ]
+
+
+@pytest.mark.parametrize("layer", sorted(REPRESENTATIVES), ids=lambda n: NAMES[n].replace(" ", "_"))
+def test_importing_a_layer_loads_no_module_of_a_higher_layer(layer):
+    """A fresh interpreter: what importing the layer's modules pulls in, by ``sys.modules``."""
+    code = "import json, sys\n" + "".join(f"import {m}\n" for m in REPRESENTATIVES[layer])
+    code += "print(json.dumps(sorted(k for k in sys.modules if k == 'lit_rlvr' or k.startswith('lit_rlvr.'))))\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    higher = [m for m in loaded if (layer_of(m) or 0) > layer and m != "lit_rlvr"]
+    assert not higher, f"importing {REPRESENTATIVES[layer]} ({NAMES[layer]}) loaded higher layers: {higher}"
+    if layer <= 3:  # the core never loads a selection method
+        assert not [m for m in loaded if m.startswith("lit_rlvr.callbacks")]
