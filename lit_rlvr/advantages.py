@@ -4,7 +4,7 @@ Groups are given by a group id per rollout, so groups may have different sizes
 (VIGOR, SARA, PODS and Dynamic Sampling all produce them). Rollouts outside
 ``mask`` get advantage 0 and do not enter their group's statistics.
 
-Zero variance (DESIGN.md, "Numbers and failures"): a group is zero-variance when
+Zero variance (docs/architecture.md, "Numbers and failures"): a group is zero-variance when
 max − min of its (kept) rewards is at most ``REWARD_TOL``. Advantages, accounting and
 every selector that tells a mixed group from a saturated one decide it through
 ``is_zero_variance``; such a group's advantages are exactly 0, whatever float noise in

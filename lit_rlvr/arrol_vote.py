@@ -1,8 +1,8 @@
 """ARRoL at test time: k samples per held-out prompt, voted plainly and weighted by the quality head.
 
-"Prune as You Generate" (ARRoL, arXiv 2603.24840; METHODS.md, "ARRoL"): the quality head learned
+"Prune as You Generate" (ARRoL, arXiv 2603.24840; docs/methods.md, "ARRoL"): the quality head learned
 during training "also weights votes at test time" (+8.33 average accuracy in the paper). The paper's
-code is not public and METHODS.md states no weighting rule, so the weights are the head's
+code is not public and docs/methods.md states no weighting rule, so the weights are the head's
 **calibrated** probability of correctness p̂ (``BucketCalibrator`` over the raw score: the
 number the survivor rule also uses), at each candidate's detection point (its first
 ``detect_tokens`` tokens, the state the head was trained on; ``ARRoL.vote_weights``).

@@ -1,4 +1,4 @@
-"""Checkpoint files that are always complete, finite and loadable (DESIGN.md, "Numbers and failures").
+"""Checkpoint files that are always complete, finite and loadable (docs/architecture.md, "Numbers and failures").
 
 Every checkpoint Lightning writes (ModelCheckpoint's step files and ``last.ckpt``,
 the preemption save, ``trainer.save_checkpoint``) goes through the strategy's

@@ -4,7 +4,7 @@ Shapes: N = sequences in the (micro-)batch, L = padded completion length.
 Every function here is pure (tensors in, tensors out) so it can be tested
 against numbers worked out by hand.
 
-Aggregations (METHODS.md, "GRPO core"):
+Aggregations (docs/methods.md, "GRPO core"):
 - ``token-mean``               DAPO (arXiv 2503.14476): Σ ℓ / Σ tokens.
 - ``seq-mean-token-mean``      GRPO (DeepSeekMath, arXiv 2402.03300): mean over
                                sequences of each sequence's token mean.

@@ -1,8 +1,8 @@
 """GRPOModule: the policy, its optimizer, and one RLVR training step in eight stages.
 
-``training_step`` reads top to bottom as DESIGN.md's data flow; each stage is a
+``training_step`` reads top to bottom as the data flow of docs/architecture.md; each stage is a
 call into the module that owns it. Selection methods plug in as callbacks found
-by type (``lit_rlvr.callbacks.base``); nothing here names a method.
+by type (the contract: ``lit_rlvr.selection``); nothing here names a method.
 """
 
 from __future__ import annotations

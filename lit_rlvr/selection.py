@@ -1,4 +1,4 @@
-"""The selection contract (DESIGN.md): every selection method is a Lightning callback.
+"""The selection contract (docs/architecture.md): every selection method is a Lightning callback.
 
 This module is the contract alone: the stage bases, the one composition check
 (``check_composition``: at most one allocator, pruner and reviser per run) and the helpers
@@ -20,7 +20,7 @@ A selector subclasses one of the stage bases below and overrides that stage's ho
 | loss          | ``TokenWeighter``  | ``token_weights(trainer, module, batch) -> [N] list of [L_i]`` |
 
 ``GRPOModule`` finds them by type among ``trainer.callbacks`` and calls them in
-list order; it never names a method. Rules every selector keeps are in DESIGN.md:
+list order; it never names a method. Rules every selector keeps are in docs/architecture.md:
 explicit state (``state_dict``/``load_state_dict``/``state_key``), identical state
 on every rank (``gather_rows`` + ``seeded_generator``), capped loops, exact counts.
 """

@@ -53,7 +53,7 @@ class RolloutSettings:
 
 @dataclass
 class LossSettings:
-    """The policy-gradient objective (METHODS.md, "GRPO core")."""
+    """The policy-gradient objective (docs/methods.md, "GRPO core")."""
 
     epsilon_low: float = 0.2
     """Lower clip range ε_low: the ratio is clipped at 1 − ε_low."""

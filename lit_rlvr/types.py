@@ -317,10 +317,29 @@ class GroupReplacement:
 
 
 @dataclass
+class PromptSwap:
+    """The loss trains pool prompt ``pool_index``'s rows on another prompt than the one they were generated from.
+
+    No rollout changes: the rows were generated from the pool prompt (a guided prompt x̃ served as
+    data, OC-GRPO-Fixed); after the swap ``RolloutBatch.prompt_token_ids[pool_index]`` is
+    ``loss_prompt_token_ids`` (the plain prompt x) and each row records x̃ in
+    ``guided_prompt_token_ids``, exactly as a ``GroupReplacement`` leaves a replaced group.
+    """
+
+    pool_index: int
+    loss_prompt_token_ids: list[int]
+    """The prompt the loss (and every later stage) uses for these rows."""
+    fraction: float = 0.0
+    """Share of the reference solution in the prompt the rows were generated from (OC-GRPO)."""
+
+
+@dataclass
 class Revision:
-    """What a GroupReviser did this step: replacements, and the rollouts it generated and threw away."""
+    """What a GroupReviser did this step: replacements, prompt swaps, and the rollouts it generated and threw away."""
 
     replacements: list[GroupReplacement] = field(default_factory=list)
+    swaps: list[PromptSwap] = field(default_factory=list)
+    """Groups kept as generated whose loss prompt changes (no rollout is discarded)."""
     discarded_rollouts: int = 0
     """Rollouts it generated that replace nothing (failed tries): counted as generated."""
     discarded_tokens: int = 0

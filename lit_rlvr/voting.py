@@ -1,6 +1,6 @@
 """Voting over k sampled candidates of one prompt: majority vote and weighted vote (pure functions).
 
-Test-time use of ARRoL's quality head ("Prune as You Generate", arXiv 2603.24840; METHODS.md,
+Test-time use of ARRoL's quality head ("Prune as You Generate", arXiv 2603.24840; docs/methods.md,
 "ARRoL": "the head also weights votes at test time"): each candidate's vote counts its weight
 instead of 1. ``lit_rlvr.arrol_vote`` supplies the weights (the head's calibrated p̂).
 

@@ -10,7 +10,7 @@ always solved or never solved and GRESO has something to skip).
 Two scenarios by default:
 
 * ``pool=100000``: every step's pool holds all ``--num-prompts`` ids (B = pool / 4), the
-  stress case of DESIGN.md's "a step's selection costs milliseconds".
+  stress case of docs/architecture.md's "a step's selection costs milliseconds".
 * ``pool=1024``: a realistic pool (B = 256, pool_multiple 4) drawn from the same id space.
 
     python scripts/bench_selection_overhead.py                  # both scenarios, 50 steps

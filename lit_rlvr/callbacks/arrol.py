@@ -1,6 +1,6 @@
 """ARRoL: online rollout pruning with a learned quality head, during generation.
 
-"Prune as You Generate" (ARRoL, arXiv 2603.24840; code not public). METHODS.md, "ARRoL":
+"Prune as You Generate" (ARRoL, arXiv 2603.24840; code not public). docs/methods.md, "ARRoL":
 every prompt starts a group of G rollouts; at ``detect_tokens`` tokens a quality head predicts
 each partial rollout's chance of ending correct, and the group is pruned to K·G survivors whose
 predicted positive fraction is near ρ (a correctness-balanced group has the largest reward

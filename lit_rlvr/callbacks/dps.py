@@ -21,7 +21,7 @@ paper uses λ = 0.7 on MATH (``decay: 0.7``). The candidate pool is
 Decisions (matching the reference code's ``BayesianHMMSampler`` unless noted):
 
 * **π_before for unsampled prompts** is set to the current π before predicting, as the
-  reference does (METHODS.md leaves it implicit): the next observed transition is then
+  reference does (docs/methods.md leaves it implicit): the next observed transition is then
   counted from the belief one step earlier.
 * **Initial belief** is uniform, with a constant prior α0 = ``prior_alpha`` · ones (the
   reference defaults). That pair is a fixed point of the unsampled update (P0 has equal

@@ -7,7 +7,7 @@ the train batch holds B groups, then truncate the excess. verl's recipe generate
 ``gen_batch_size`` prompts per round (3B in the DAPO scripts) for at most
 ``max_num_gen_batches`` = 10 rounds and raises at the cap.
 
-What this implementation adds (METHODS.md, "Dynamic Sampling"):
+What this implementation adds (docs/methods.md, "Dynamic Sampling"):
 
 * **Train on what you have at the cap** instead of raising: the rollout loop stops at
   ``max_rounds``, warns once and counts it (``rollouts/round_cap_hits``); this callback

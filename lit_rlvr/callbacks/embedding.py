@@ -1,6 +1,6 @@
 """Prompt encoders for LEEPS: the vectors its neighbour index is built from.
 
-* ``PolicyEncoder`` (the default, METHODS.md): the policy's last-layer hidden state at
+* ``PolicyEncoder`` (the default, docs/methods.md): the policy's last-layer hidden state at
   the final prompt token (the assistant turn's opening, as the rollout engine renders
   it), from batched no-grad forwards in eval mode that the trainer runs
   (``SelectionHost.last_hidden_states``). The policy changes as it trains, so

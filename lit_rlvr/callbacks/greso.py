@@ -4,7 +4,7 @@ Zheng et al., "Act Only When It Pays: Efficient Reinforcement Learning for LLM
 Reasoning via Selective Rollouts" (GRESO, arXiv 2506.02177); reference code
 Infini-AI-Lab/GRESO (``verl/trainer/ttis/presampling_selector.py``
 ``easy_probabilistic_skip`` / ``hard_probabilistic_skip`` and the p-adaptation in
-``verl/trainer/ppo/ray_trainer.py``). METHODS.md, "GRESO":
+``verl/trainer/ppo/ray_trainer.py``). docs/methods.md, "GRESO":
 
 * Per prompt, ``z_easy`` counts its most recent consecutive all-correct groups and
   ``z_hard`` its most recent consecutive all-wrong groups (only one is non-zero).

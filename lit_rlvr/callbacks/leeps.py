@@ -39,7 +39,7 @@ Pre-rollout selection of B prompts from the step's candidate pool (``data.pool_m
   neighbour in it until it is recomputed (≤ R steps). Off by default: the paper's "k nearest
   neighbours" are those of the index as it is at the step.
 
-Choices the paper leaves open, each a constructor argument (METHODS.md, "unconfirmed"):
+Choices the paper leaves open, each a constructor argument (docs/methods.md, "unconfirmed"):
 k = 16, R = 50, window = 10 steps, floor = 0.1·B (rounded up), the layer (−1), the
 blend (κ = 4 pseudo-rollouts), "recent success" = the neighbour's last group, the
 moving average as pooled counts over the window, a rollout succeeds when its reward is

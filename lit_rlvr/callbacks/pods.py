@@ -1,7 +1,7 @@
 """PODS: generate n rollouts per prompt, train on the m with the most reward variance.
 
 Xu et al., "Not All Rollouts are Useful: Down-Sampling Rollouts in LLM Reinforcement
-Learning" (PODS, arXiv 2504.13818); reference code YixuanEvenXu/pods. METHODS.md, "PODS":
+Learning" (PODS, arXiv 2504.13818); reference code YixuanEvenXu/pods. docs/methods.md, "PODS":
 
 * Max-variance down-sampling: sort a group's rewards; among all m-subsets the variance is
   maximised by the k highest plus the m − k lowest for some k (the paper's Lemma), so

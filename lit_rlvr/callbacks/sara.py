@@ -1,6 +1,6 @@
 """SARA: sequential, adaptive rollout allocation under a fixed budget (arXiv 2607.26253).
 
-Reference: "SARA" (arXiv 2607.26253). No public code; this follows METHODS.md
+Reference: "SARA" (arXiv 2607.26253). No public code; this follows docs/methods.md
 ("SARA"); the thresholds are unconfirmed there and are parameters here.
 
 A step has a fixed rollout budget (default B·G, plain GRPO's) filled in rounds.
@@ -46,7 +46,7 @@ Defaults and why:
   last allowed round only commits are issued (no new probes or single rollouts
   that could not be decided), so the loop ends cleanly instead of hitting its cap.
 
-Decisions on what METHODS.md leaves open:
+Decisions on what docs/methods.md leaves open:
 
 * **Budget order within a round**: commits first (pool order), then single extra
   rollouts, then fresh probes while fewer than B prompts are committed, complete or
@@ -63,7 +63,7 @@ Decisions on what METHODS.md leaves open:
   from 62 to 5 (seed 0; the rest hit ``max_rounds``), the effective ratio rose from
   0.397 to 0.408, and rollouts to the accuracy targets did not change (0.89-0.90× Dynamic
   Sampling's either way): the waste is in abandoned probes (109 per step before, 144
-  with the reservation), which the thresholds decide. So the default stays as METHODS.md
+  with the reservation), which the thresholds decide. So the default stays as docs/methods.md
   reads.
 * **Abandoned prompts' rollouts** stay in the batch: they are generated rollouts and
   counted as such, and they are zero-variance, so they carry no gradient (advantage
@@ -72,7 +72,7 @@ Decisions on what METHODS.md leaves open:
 * **Persistence** (``persist: true``): the Beta counts of every rolled-out prompt
   (all rollouts, gathered from every rank) carry over across steps in a PromptTable,
   ``a ← λa + (1−λ)a0 + s``, ``b ← λb + (1−λ)b0 + n − s`` with λ = ``decay``; a
-  step's prior for a prompt is then its stored posterior. Off by default (METHODS.md
+  step's prior for a prompt is then its stored posterior. Off by default (docs/methods.md
   starts every probe from the 1, 1 prior).
 """
 
@@ -126,7 +126,7 @@ class SARA(RolloutAllocator):
     """Probe each prompt with K rollouts, then commit, extend by one, or abandon by predicted effectiveness.
 
     Args:
-        probe_size: K, rollouts of a fresh prompt's probe (2; METHODS.md allows 2–4).
+        probe_size: K, rollouts of a fresh prompt's probe (2; docs/methods.md allows 2–4).
         tau_hi: commit (complete the group of G) when P_eff ≥ tau_hi (0.9).
         tau_lo: abandon the prompt and probe a fresh one when P_eff ≤ tau_lo (0.5).
         budget: rollouts per step (per rank); null = B·G, plain GRPO's budget.

@@ -1,7 +1,7 @@
 """Per-prompt selector state in flat arrays indexed by prompt id.
 
 A million prompts cost a few megabytes per column, and a step's lookups are
-vectorised numpy indexing (DESIGN.md, "Scale"). Columns grow on demand as
+vectorised numpy indexing (docs/architecture.md, "Scale"). Columns grow on demand as
 larger prompt ids appear, so selectors need not know the dataset size.
 """
 

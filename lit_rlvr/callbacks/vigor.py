@@ -1,6 +1,6 @@
 """VIGOR: variance-guided rollout allocation in rounds (arXiv 2607.22002).
 
-Reference: "VIGOR" (arXiv 2607.22002). No public code; this follows METHODS.md
+Reference: "VIGOR" (arXiv 2607.22002). No public code; this follows docs/methods.md
 ("VIGOR", from the paper's notes):
 
     every prompt starts with m0 rollouts; for rounds t = 1..T−1, compute the reward

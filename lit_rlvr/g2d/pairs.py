@@ -4,7 +4,7 @@ G2D (arXiv 2605.21266) samples n candidates per prompt from the warm-up policy; 
 prompt whose candidates are all correct or all wrong gives no pair, and a mixed
 prompt gives chosen = a correct candidate, rejected = an incorrect one. Which
 correct and which incorrect candidate the paper takes is not published
-(METHODS.md: "pair rule partly unconfirmed"), so the rule is a parameter, given
+(docs/methods.md: "pair rule partly unconfirmed"), so the rule is a parameter, given
 by import path like any other lit-rlvr component (``HarvestModule.pair_rule``):
 
 - ``random_pairs`` (default): correct and incorrect candidates drawn uniformly
@@ -17,7 +17,7 @@ by import path like any other lit-rlvr component (``HarvestModule.pair_rule``):
 
 Every rule uses each candidate at most once, so a prompt gives at most
 min(#correct, #wrong, pairs_per_prompt) pairs. The default of 1 pair per mixed
-prompt is METHODS.md's; it weights every informative prompt equally (a prompt
+prompt is docs/methods.md's; it weights every informative prompt equally (a prompt
 solved 4 of 8 times could otherwise give up to 16 pairs and dominate the set),
 and the paper finds the warm-up length K, not the pair count, is what matters.
 

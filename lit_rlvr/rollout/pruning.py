@@ -1,4 +1,4 @@
-"""Stage 2b, "during": one generation round with a rollout pruner (DESIGN.md; ARRoL).
+"""Stage 2b, "during": one generation round with a rollout pruner (docs/architecture.md; ARRoL).
 
 The round generates every planned rollout up to ``pruner.detect_tokens`` tokens in one batched
 engine call, scores the rollouts that already stopped (they are complete), hands all of them to

@@ -5,7 +5,9 @@ before the observe stage. Replacement is row for row: a replaced group keeps its
 prompt index and round; its completions, rewards and reward components are the new
 ones, and each row records the prompt it was generated from and the guide fraction.
 The loss still uses the pool prompt. Replaced and failed rollouts stay counted as
-generated (``batch.discarded_rollouts`` / ``discarded_tokens``).
+generated (``batch.discarded_rollouts`` / ``discarded_tokens``). A prompt swap (OC-GRPO-Fixed)
+keeps the rollouts and changes the pool prompt the loss uses; each of its rows records the
+prompt it was generated from.
 """
 
 from __future__ import annotations
@@ -41,7 +43,11 @@ def revise(
 
 
 def apply_revision(batch: RolloutBatch, revision: Revision) -> None:
-    """Replace each revised group's rows in place; count the replaced and failed rollouts as discarded."""
+    """Replace each revised group's rows in place; count the replaced and failed rollouts as discarded.
+
+    A ``PromptSwap`` changes no rollout: its rows record the prompt they were generated from (the
+    pool prompt, x̃) and the loss prompt of that pool entry becomes the swap's (x).
+    """
     n = len(batch)
     if batch.guided_prompt_token_ids is None:
         batch.guided_prompt_token_ids = [None] * n
@@ -64,6 +70,16 @@ def apply_revision(batch: RolloutBatch, revision: Revision) -> None:
         batch.guide_fraction[idx] = float(rep.fraction)
         for name, values in batch.reward_components.items():
             values[idx] = rep.components[name].float()
+    replaced = {rep.pool_index for rep in revision.replacements}
+    for swap in revision.swaps:
+        if swap.pool_index in replaced:
+            raise ValueError(f"a GroupReviser both replaced and swapped the prompt of pool prompt {swap.pool_index}")
+        rows = groups[swap.pool_index].tolist() if swap.pool_index in groups else []  # [n_g]
+        generated_from = list(batch.prompt_token_ids[swap.pool_index])  # x̃: what the engine was given
+        for r in rows:
+            batch.guided_prompt_token_ids[r] = list(generated_from)
+        batch.guide_fraction[torch.tensor(rows, dtype=torch.long)] = float(swap.fraction)
+        batch.prompt_token_ids[swap.pool_index] = list(swap.loss_prompt_token_ids)
     batch.discarded_rollouts += revision.discarded_rollouts
     batch.discarded_tokens += revision.discarded_tokens
 

@@ -10,7 +10,7 @@ eta · Σ_g w_g / B in skill (``SimPolicy.learn``), with w_g by ``SimConfig.sign
 * ``"capped"``: w_g = min(n_g, G) / G.
 * ``"variance"``: w_g = (n_g / G) · 4 · p̂_g (1 − p̂_g). VIGOR's argument (arXiv 2607.22002, the
   reason it grows the groups with the largest reward variance): a group's expected gradient grows
-  with its size and with its reward variance p(1 − p). METHODS.md's VIGOR section states only the
+  with its size and with its reward variance p(1 − p). docs/methods.md's VIGOR section states only the
   allocation rule, not a formula for the gradient, so this is the form the issue proposes: linear
   in n_g and in the binary reward variance, normalised so that a group of G with p̂ = 1/2 weighs 1
   (a mixed 4/8 group: 1; a 1/8 group: 4 · 1/8 · 7/8 = 0.4375; VIGOR's 15/30 group: 3.75). Uncapped:

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from lit_rlvr.bench.sim.policy import SimPolicy
-from lit_rlvr.callbacks.base import RolloutAllocator, RolloutState
+from lit_rlvr.selection import RolloutAllocator
+from lit_rlvr.types import RolloutState
 
 __all__ = ["Oracle"]
 

@@ -13,7 +13,7 @@ import yaml
 from lit_rlvr.bench.sim.adapters import attach, sim_init_args
 from lit_rlvr.bench.sim.oracle import Oracle
 from lit_rlvr.bench.sim.policy import SimPolicy
-from lit_rlvr.callbacks.base import SelectionCallback
+from lit_rlvr.selection import SelectionCallback
 
 __all__ = ["DEFAULT_STRATEGIES", "METHODS_DIR", "StrategySpec", "strategy_spec"]
 
