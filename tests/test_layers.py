@@ -69,6 +69,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.selection_report": 5,
     "lit_rlvr.summary": 5,
     "lit_rlvr.arrol_vote": 5,
+    "lit_rlvr.oc_fixed": 5,
     "lit_rlvr.g2d.pipeline": 5,
     "lit_rlvr.bench": 5,
 }

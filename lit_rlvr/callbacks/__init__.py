@@ -2,7 +2,7 @@
 
 Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
 During rollout: ARRoL (a pruner). Pre-backward: DynamicSampling (zero-variance drop), PODS.
-After reward (revise) and loss weights: OCGRPO. The contract is ``lit_rlvr.selection``
+After reward (revise) and loss weights: OCGRPO, OCGRPOFixed. The contract is ``lit_rlvr.selection``
 (re-exported here and by ``base``, so old imports and class paths keep working).
 """
 
@@ -29,6 +29,7 @@ from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling
 from lit_rlvr.callbacks.greso import GRESO
 from lit_rlvr.callbacks.leeps import LEEPS
 from lit_rlvr.callbacks.mopps import MoPPS
+from lit_rlvr.callbacks.oc_fixed import OCGRPOFixed
 from lit_rlvr.callbacks.oc_grpo import OCGRPO
 from lit_rlvr.callbacks.pods import PODS
 from lit_rlvr.callbacks.sara import SARA
@@ -40,6 +41,7 @@ __all__ = [
     "GRESO",
     "LEEPS",
     "OCGRPO",
+    "OCGRPOFixed",
     "PODS",
     "SARA",
     "VIGOR",

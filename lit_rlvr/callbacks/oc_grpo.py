@@ -7,10 +7,10 @@ correct, and replaces the group whole. The loss trains those rollouts on the ORI
 (ratio π_θ(y|x)/π_old(y|x)), with each token's advantage multiplied (stage 6) by
 w_t = clamp(exp(γ·(log π_old(y_t|x) − log π_old(y_t|x̃))), 0.01, 1).
 
-The Fixed variant (guided rows prepared offline, one per solved problem at its lowest solving
-fraction, trained with the plain prompt) is out of scope: it needs an offline harvest pass and a
-data path that serves ready-made completions instead of prompts, which lit-rlvr's PromptPool
-does not have; Adaptive is the paper's default and its main result.
+The Fixed variant (guided prompts harvested offline, one per solved problem at its lowest
+solving fraction, trained on the plain prompt with the same weight) is ``OCGRPOFixed``
+(``callbacks/oc_fixed.py``) with the harvest ``lit_rlvr.oc_fixed``; it reuses ``guided_attempts``
+and ``guided_token_weights`` below.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from lit_rlvr.callbacks.oc_guidance import (
 )
 from lit_rlvr.callbacks.state import PromptTable, require_keys, selector_name, table_state
 from lit_rlvr.selection_host import SelectionHost
-from lit_rlvr.types import RolloutBatch, RolloutStats
+from lit_rlvr.types import PromptPool, RolloutBatch, RolloutStats
 
 log = logging.getLogger(__name__)
 
@@ -146,29 +146,9 @@ class OCGRPO(GroupReviser, TokenWeighter):
         solutions = {p: batch.pool.solutions[p] for p in all_wrong if batch.pool.solutions[p]}
 
         def attempt(level: int, fraction: float, todo: list[tuple[int, str]]) -> list[Attempt]:
-            pool_index = [p for p, _ in todo]
-            prompts = [
-                pl_module.render_prompt(guided_messages(batch.pool.messages[p], prefix, fraction, self.partial_instruction, self.full_instruction))
-                for p, prefix in todo
-            ]
-            counts = [len(all_wrong[p]) for p in pool_index]
+            counts = [len(all_wrong[p]) for p, _ in todo]
             seed = guided_seed(ctx.seed, ctx.step, ctx.rank, level)
-            outputs, result = pl_module.generate_and_score(batch.pool, pool_index, prompts, counts, seed, stats)
-            ok = _correct(result.components, name, len(result.total))  # [sum n_g]
-            out, start = [], 0
-            for p, prompt, outs in zip(pool_index, prompts, outputs):
-                sl = slice(start, start + len(outs))
-                start += len(outs)
-                rep = GroupReplacement(
-                    pool_index=p,
-                    completions=list(outs),
-                    rewards=result.total[sl].float(),
-                    components={k: v[sl].float() for k, v in result.components.items()},
-                    prompt_token_ids=prompt,
-                    fraction=fraction,
-                )
-                out.append(Attempt(correct=ok[sl], tokens=sum(len(c.token_ids) for c in outs), payload=rep))
-            return out
+            return guided_attempts(pl_module, batch.pool, todo, counts, fraction, seed, stats, self.partial_instruction, self.full_instruction)
 
         result = climb_cascade(solutions, self.fractions, attempt)
         ids = batch.pool.ids
@@ -210,32 +190,103 @@ class OCGRPO(GroupReviser, TokenWeighter):
     @torch.no_grad()
     def token_weights(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> list[torch.Tensor]:
         """[N] list of [L_i] weights: w_t on kept guided rows, exactly 1 elsewhere."""
-        weights = [torch.ones(len(c.token_ids), dtype=torch.float32) for c in batch.completions]
-        guided_prompts = batch.guided_prompt_token_ids or [None] * len(batch)
-        rows = [r for r in range(len(batch)) if guided_prompts[r] is not None and bool(batch.keep[r])]
-        stat = torch.tensor([[0.0, 0.0, float("inf")]], dtype=torch.float64)  # (Σ w, tokens, min w) on this rank
-        if rows:
-            if self.importance_weight:
-                plain, guided = self.context_logprobs(pl_module, batch, rows)  # [m, L] each
-                w = importance_weights(plain, guided, self.gamma, self.clamp_min, self.clamp_max)  # [m, L]
-                for i, r in enumerate(rows):
-                    weights[r] = w[i, : len(weights[r])].clone()
-            values = torch.cat([weights[r] for r in rows]).double()
-            if len(values):
-                stat = torch.tensor([[float(values.sum()), float(len(values)), float(values.min())]], dtype=torch.float64)
-        total = gather_rows(trainer, stat)  # [world, 3]
-        count = float(total[:, 1].sum())
-        self._step_metrics["oc/is_weight_mean"] = float(total[:, 0].sum()) / count if count else float("nan")
-        self._step_metrics["oc/is_weight_min"] = float(total[:, 2].min()) if count else float("nan")
+        weights, metrics = guided_token_weights(
+            trainer, pl_module, batch, self.gamma, self.clamp_min, self.clamp_max, self.importance_weight
+        )
+        self._step_metrics.update(metrics)
         return weights
 
     def context_logprobs(self, pl_module: SelectionHost, batch: RolloutBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log π_old(y|x), log π_old(y|x̃)) [m, L] of ``rows``: the current (pre-update) policy's
-        log-probs over [x | y] and over [x̃ | y] (``SelectionHost.completion_logprobs``)."""
-        completions = [batch.completions[r].token_ids for r in rows]
-        plain = [batch.prompt_token_ids[int(batch.prompt_index[r])] for r in rows]
-        guided = [batch.guided_prompt_token_ids[r] for r in rows]
-        return pl_module.completion_logprobs(plain, completions), pl_module.completion_logprobs(guided, completions)
+        """(log π_old(y|x), log π_old(y|x̃)) [m, L] of ``rows`` (``context_logprobs``)."""
+        return context_logprobs(pl_module, batch, rows)
+
+
+def guided_attempts(
+    host: SelectionHost,
+    pool: PromptPool,
+    todo: Sequence[tuple[int, str]],
+    counts: Sequence[int],
+    fraction: float,
+    seed: int,
+    stats: RolloutStats,
+    partial_instruction: str = PARTIAL_INSTRUCTION,
+    full_instruction: str = FULL_INSTRUCTION,
+) -> list[Attempt]:
+    """One cascade level: ONE batched engine call, ``counts[k]`` samples of pool prompt ``todo[k][0]``
+    under its guided prompt x̃ (``guided_messages`` with prefix ``todo[k][1]`` at ``fraction``), scored
+    against that prompt's answer. Each ``Attempt``'s payload is the ``GroupReplacement`` it would make.
+
+    The Adaptive variant's revise stage and the Fixed variant's offline harvest both call it.
+    """
+    pool_index = [p for p, _ in todo]
+    prompts = [
+        host.render_prompt(guided_messages(pool.messages[p], prefix, fraction, partial_instruction, full_instruction))
+        for p, prefix in todo
+    ]
+    outputs, result = host.generate_and_score(pool, pool_index, prompts, counts, seed, stats)
+    ok = _correct(result.components, host.accuracy_reward, len(result.total))  # [Σ counts]
+    out, start = [], 0
+    for p, prompt, outs in zip(pool_index, prompts, outputs):
+        sl = slice(start, start + len(outs))
+        start += len(outs)
+        rep = GroupReplacement(
+            pool_index=p,
+            completions=list(outs),
+            rewards=result.total[sl].float(),
+            components={k: v[sl].float() for k, v in result.components.items()},
+            prompt_token_ids=prompt,
+            fraction=fraction,
+        )
+        out.append(Attempt(correct=ok[sl], tokens=sum(len(c.token_ids) for c in outs), payload=rep))
+    return out
+
+
+@torch.no_grad()
+def guided_token_weights(
+    trainer: Optional[pl.Trainer],
+    host: SelectionHost,
+    batch: RolloutBatch,
+    gamma: float = 1.0,
+    clamp_min: float = 0.01,
+    clamp_max: float = 1.0,
+    importance_weight: bool = True,
+) -> tuple[list[torch.Tensor], dict[str, float]]:
+    """OC-GRPO's stage 6 for any batch whose rows record a guided prompt (``batch.guided_prompt_token_ids``).
+
+    Returns the [N] list of [L_i] weights, w_t = clamp((π_old(y_t|x)/π_old(y_t|x̃))^γ, clamp_min,
+    clamp_max) on kept guided rows (x = the row's loss prompt, x̃ = the one it was generated from;
+    1 everywhere with ``importance_weight`` False) and exactly 1 elsewhere, and the metrics
+    ``oc/is_weight_mean`` and ``oc/is_weight_min`` over the guided loss tokens of every rank
+    (NaN when none). Both variants (Adaptive, Fixed) weigh with it.
+    """
+    weights = [torch.ones(len(c.token_ids), dtype=torch.float32) for c in batch.completions]
+    guided_prompts = batch.guided_prompt_token_ids or [None] * len(batch)
+    rows = [r for r in range(len(batch)) if guided_prompts[r] is not None and bool(batch.keep[r])]
+    stat = torch.tensor([[0.0, 0.0, float("inf")]], dtype=torch.float64)  # (Σ w, tokens, min w) on this rank
+    if rows:
+        if importance_weight:
+            plain, guided = context_logprobs(host, batch, rows)  # [m, L] each
+            w = importance_weights(plain, guided, gamma, clamp_min, clamp_max)  # [m, L]
+            for i, r in enumerate(rows):
+                weights[r] = w[i, : len(weights[r])].clone()
+        values = torch.cat([weights[r] for r in rows]).double()
+        if len(values):
+            stat = torch.tensor([[float(values.sum()), float(len(values)), float(values.min())]], dtype=torch.float64)
+    total = gather_rows(trainer, stat)  # [world, 3]
+    count = float(total[:, 1].sum())
+    return weights, {
+        "oc/is_weight_mean": float(total[:, 0].sum()) / count if count else float("nan"),
+        "oc/is_weight_min": float(total[:, 2].min()) if count else float("nan"),
+    }
+
+
+def context_logprobs(host: SelectionHost, batch: RolloutBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log π_old(y|x), log π_old(y|x̃)) [m, L] of ``rows``: the current (pre-update) policy's
+    log-probs over [x | y] and over [x̃ | y] (``SelectionHost.completion_logprobs``)."""
+    completions = [batch.completions[r].token_ids for r in rows]
+    plain = [batch.prompt_token_ids[int(batch.prompt_index[r])] for r in rows]
+    guided = [batch.guided_prompt_token_ids[r] for r in rows]
+    return host.completion_logprobs(plain, completions), host.completion_logprobs(guided, completions)
 
 
 def guided_seed(seed: int, step: int, rank: int, level: int) -> int:

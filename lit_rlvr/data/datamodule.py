@@ -265,10 +265,14 @@ class PromptDataModule(L.LightningDataModule):
         msgs.append({"role": "user", "content": self.prompt_template.format(question=question)})
         return msgs
 
+    def record_messages(self, record: PromptRecord) -> list[dict[str, str]]:
+        """The chat messages ``record`` is served with: its own (``PromptRecord.messages``) or templated."""
+        return [dict(m) for m in record.messages] if record.messages is not None else self.messages_for(record.question)
+
     def _collate(self, records: list[PromptRecord], batch_size: int) -> PromptPool:
         return PromptPool(
             ids=torch.tensor([r.id for r in records], dtype=torch.long),
-            messages=[self.messages_for(r.question) for r in records],
+            messages=[self.record_messages(r) for r in records],
             answers=[r.answer for r in records],
             metadata=[dict(r.metadata) for r in records],
             batch_size=batch_size,

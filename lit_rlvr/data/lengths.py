@@ -55,7 +55,8 @@ def check_prompt_lengths(
     if train:
         splits.insert(0, ("train", datamodule.train_records, rollout_max_new_tokens, "model.rollout.max_new_tokens"))
     for split, records, max_new, flag in splits:
-        lengths = prompt_lengths(tokenizer, [datamodule.messages_for(r.question) for r in records])
+        served = getattr(datamodule, "record_messages", None) or (lambda r: datamodule.messages_for(r.question))
+        lengths = prompt_lengths(tokenizer, [served(r) for r in records])
         too_long = [i for i, n in enumerate(lengths) if n + max_new > context]
         if too_long:
             raise ValueError(_message(split, records, lengths, too_long, max_new, flag, context, context_source))

@@ -59,6 +59,9 @@ class PromptRecord:
     """Where the row came from, for error messages: ``"file 'x.jsonl', line 7"`` (1-based)."""
     solution: Optional[str] = None
     """Reference solution text (OC-GRPO's guided prompts); None: this prompt is never guided."""
+    messages: Optional[list[dict[str, str]]] = None
+    """Chat messages served as they are (an OC-GRPO-Fixed guided prompt); None: the data module
+    builds them from ``question`` with its system prompt and template."""
 
 
 class PromptSource(abc.ABC):
@@ -106,10 +109,16 @@ class PromptSource(abc.ABC):
     def _record(self, prompt_id: int, row: tuple) -> PromptRecord:
         """A raw ``(question, answer, metadata[, origin])`` row as a record with its solution."""
         question, answer, metadata, *origin = row
-        return PromptRecord(prompt_id, question, answer, metadata, *origin[:1], self._solution(answer, metadata))
+        return PromptRecord(
+            prompt_id, question, answer, metadata, *origin[:1], self._solution(answer, metadata), self._messages(metadata)
+        )
 
     def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
         """The reference solution of one row (None: none); sources that have them override this."""
+        return None
+
+    def _messages(self, metadata: dict[str, Any]) -> Optional[list[dict[str, str]]]:
+        """The chat messages a row is served with as they are (None: templated from its question)."""
         return None
 
 
@@ -299,6 +308,10 @@ class HFDatasetSource(PromptSource):
         solution_field: column holding a reference solution (text) for OC-GRPO's guided
             prompts; every row must have one (missing, empty or not text fails naming
             the file and row). Empty: no solutions.
+        messages_field: column holding a row's chat messages (a list of ``{role, content}``
+            with a user turn), served as they are instead of the data module's system prompt and
+            template; rows where it is absent or null are templated. OC-GRPO-Fixed's harvested
+            file uses ``messages``. Empty: every row is templated.
         data_files: passed to ``datasets.load_dataset`` (a path, list or
             ``{split: path}``), with ``path`` a builder name.
         seed: seed of the validation carve when ``val_split`` is None.
@@ -315,6 +328,7 @@ class HFDatasetSource(PromptSource):
         answer_field: str = "answer",
         answer_regex: str = "",
         solution_field: str = "",
+        messages_field: str = "",
         data_files: Optional[Union[str, list[str], dict[str, Union[str, list[str]]]]] = None,
         seed: int = 42,
     ) -> None:
@@ -328,6 +342,7 @@ class HFDatasetSource(PromptSource):
         self.answer_field = answer_field
         self.answer_regex = answer_regex
         self.solution_field = solution_field
+        self.messages_field = messages_field
         self.data_files = data_files
         self.seed = int(seed)
         if val_split is None and (val_size is None or val_size < 1):
@@ -426,6 +441,8 @@ class HFDatasetSource(PromptSource):
                                  f"fill it in or remove the row")
         if self.solution_field:
             _check_solution(row.get(self.solution_field), loc, self.solution_field)
+        if self.messages_field and row.get(self.messages_field) is not None:
+            _check_messages(row[self.messages_field], loc, self.messages_field)
         q = str(q)
         a = str(a)
         meta = dict(row)
@@ -448,6 +465,10 @@ class HFDatasetSource(PromptSource):
 
     def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
         return metadata[self.solution_field].strip() if self.solution_field else None
+
+    def _messages(self, metadata: dict[str, Any]) -> Optional[list[dict[str, str]]]:
+        found = metadata.get(self.messages_field) if self.messages_field else None
+        return [{"role": str(m["role"]), "content": str(m["content"])} for m in found] if found is not None else None
 
     def _where(self) -> str:
         if self._is_local_file(self.path):
@@ -491,3 +512,15 @@ def _check_solution(value: Any, where: str, field_name: str) -> None:
         raise ValueError(f"{where}: field {field_name!r} (`solution_field`) is not text: {type(value).__name__} {value!r:.60}")
     if not value.strip():
         raise ValueError(f"{where}: field {field_name!r} (`solution_field`) is empty")
+
+
+def _check_messages(value: Any, where: str, field_name: str) -> None:
+    """Served messages must be a list of {role, content} text turns with a user turn: fail naming the row otherwise."""
+    ok = isinstance(value, list) and value and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    )
+    if not ok or not any(m["role"] == "user" for m in value):
+        raise ValueError(
+            f"{where}: field {field_name!r} (`messages_field`) must be a list of {{role, content}} text turns with a "
+            f"user turn, got {value!r:.80}"
+        )
