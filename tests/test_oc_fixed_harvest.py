@@ -121,3 +121,20 @@ def test_the_script_harvests_with_the_trainers_policy_engine_and_reward(tmp_path
     assert summary["never_solved"] == sum(r["plain_correct"] == 0 for r in lines)
     assert summary["guided_rows"] + summary["unsolved_at_1.0"] + summary["no_solution"] == summary["never_solved"]
     assert summary["rollouts"] >= 12
+
+
+def test_messages_field_serves_rows_as_they_are_and_bad_messages_name_the_row(tmp_path):
+    rows = [{"question": "q0", "answer": "1", "messages": [{"role": "user", "content": "served as is"}]},
+            {"question": "q1", "answer": "2"}, {"question": "q2", "answer": "3", "messages": None}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = PromptDataModule(HFDatasetSource(path=str(path), val_split=None, val_size=1, seed=0, messages_field="messages"),
+                            batch_size=1, system_prompt="S", prompt_template="T {question}")
+    served = {r.question: data.record_messages(r) for r in data.train_records + data.val_records}
+    assert served["q0"] == [{"role": "user", "content": "served as is"}]
+    assert served["q1"] == [{"role": "system", "content": "S"}, {"role": "user", "content": "T q1"}]
+    assert served["q2"] == [{"role": "system", "content": "S"}, {"role": "user", "content": "T q2"}]
+    bad = {"question": "q", "answer": "1", "messages": [{"role": "system", "content": "no user"}]}
+    path.write_text(json.dumps(rows[1]) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(ValueError, match=r"line 2: field 'messages' \(`messages_field`\)"):
+        HFDatasetSource(path=str(path), val_split=None, val_size=1, messages_field="messages").load("train")

@@ -164,3 +164,23 @@ def test_tiny_fit_on_a_harvested_file_trains_the_guided_rows_and_resumes(tmp_pat
     again = _metrics(str(tmp_path / "resumed" / "runs" / "tiny"))
     for key in ("oc/guided_groups", "oc/mean_fraction", "oc/is_weight_mean", "rollouts/generated"):
         assert [r[key] for r in again] == [r[key] for r in rows[2:]], key
+
+
+def test_setup_warns_and_trains_as_grpo_without_harvested_rows(caplog):
+    from types import SimpleNamespace
+
+    from lit_rlvr.data import PromptRecord
+
+    plain = SimpleNamespace(datamodule=SimpleNamespace(train_records=[PromptRecord(0, "q", "a")], source="src"))
+    import logging
+
+    logger = logging.getLogger("lit_rlvr.callbacks.oc_fixed")  # lit_rlvr's loggers may not propagate (console.py)
+    logger.addHandler(caplog.handler)
+    try:
+        OCGRPOFixed().setup_selection(plain, None, [])
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "trains as GRPO" in caplog.text
+    templated = PromptRecord(1, "q", "a", {"oc_guided": {"fraction": 0.4, "plain_messages": PLAIN}})  # messages not served
+    with pytest.raises(ValueError, match="messages_field: messages"):
+        OCGRPOFixed().setup_selection(SimpleNamespace(datamodule=SimpleNamespace(train_records=[templated])), None, [])
