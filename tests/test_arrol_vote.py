@@ -36,6 +36,7 @@ def test_find_arrol_state_by_key_or_the_only_arrol_entry():
         find_arrol_state({"callbacks": {"ModelCheckpoint{}": {}}}, "ARRoL{}")
 
 
+@pytest.mark.integration
 def test_script_votes_with_the_checkpointed_head(tmp_path):
     os.chdir(tmp_path)
     main([*FIT, f"--trainer.default_root_dir={tmp_path}"])

@@ -91,6 +91,7 @@ def _corrupt(tmp_path, value: float) -> str:
     return path, name
 
 
+@pytest.mark.integration
 def test_an_absurd_weight_warns_on_load_and_the_stop_names_no_checkpoint_written_from_it(tmp_path, caplog):
     corrupt, name = _corrupt(tmp_path, 8e37)
     with caplog.at_level(logging.WARNING), pytest.raises(NonFiniteError) as info:
@@ -103,12 +104,14 @@ def test_an_absurd_weight_warns_on_load_and_the_stop_names_no_checkpoint_written
     assert all(w not in message for w in written)
 
 
+@pytest.mark.integration
 def test_a_non_finite_weight_is_refused_on_load_naming_the_tensor(tmp_path):
     corrupt, name = _corrupt(tmp_path, float("nan"))
     with pytest.raises(InvalidCheckpointError, match=f"weight {name} holds NaN or infinite values"):
         _fit(tmp_path, "resumed", 4, ckpt=corrupt)
 
 
+@pytest.mark.integration
 def test_a_full_disk_stops_with_disk_full_the_folder_and_the_last_good_checkpoint(tmp_path, full_disk):  # noqa: F811
     from lit_rlvr.checkpointing import DiskFullError
 

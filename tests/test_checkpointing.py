@@ -90,6 +90,7 @@ def _digest(path) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+@pytest.mark.integration
 def test_a_checkpoint_write_on_a_full_disk_leaves_the_previous_checkpoint_loadable(tmp_path, full_disk):
     trainer, module = _fitted_trainer(tmp_path)
     folder = tmp_path / "ckpts"
@@ -106,6 +107,7 @@ def test_a_checkpoint_write_on_a_full_disk_leaves_the_previous_checkpoint_loadab
     assert os.listdir(folder) == ["last.ckpt"]  # no temporary file left behind
 
 
+@pytest.mark.integration
 def test_a_checkpoint_with_non_finite_weights_is_not_written_over_a_good_one(tmp_path):
     trainer, module = _fitted_trainer(tmp_path)
     path = str(tmp_path / "last.ckpt")
@@ -146,6 +148,7 @@ def test_an_unreadable_ckpt_path_fails_naming_the_file(tmp_path, content):
     assert "weights_only" not in message
 
 
+@pytest.mark.integration
 def test_a_corrupted_optimizer_state_is_skipped_counted_and_stops_the_run(tmp_path):
     first = _fit(tmp_path, "first", 2)
     (good,) = glob.glob(os.path.join(first, "**", "last.ckpt"), recursive=True)

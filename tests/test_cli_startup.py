@@ -37,6 +37,7 @@ def _fails_with(*args: str, cwd: Path = ROOT) -> str:
 
 
 # ------------------------------------------------------------------ item: method configs, whatever the other flags
+@pytest.mark.integration
 def test_two_allocator_method_configs_fail_through_the_real_command_line():
     # before: the shipped configs' loggers (omegaconf+ interpolation) hid the --config files from the check,
     # so this trained SARA alone and exited 0
@@ -46,6 +47,7 @@ def test_two_allocator_method_configs_fail_through_the_real_command_line():
     assert "Pass one of the two method configs" in line
 
 
+@pytest.mark.integration
 def test_a_method_config_replacing_another_says_so_with_loggers_configured():
     greso, pods = str(METHODS / "greso.yaml"), str(METHODS / "pods.yaml")
     # num_generations=1 stops the run at start-up, right after the notices
@@ -63,12 +65,14 @@ def test_a_method_config_replacing_another_says_so_with_loggers_configured():
         ("--trainer.max_stepz=4", "trainer does not accept option 'max_stepz': did you mean trainer.max_steps?"),
     ],
 )
+@pytest.mark.integration
 def test_an_unknown_key_ends_on_does_not_accept_option(flag, expected):
     # before: the last line was "Given value: NestedArg(key='loss.epsilon_hgih', val='0.3')" of a Union dump
     line = _fails_with("fit", "--config", TINY, flag)
     assert line.startswith(expected) and "--help" in line
 
 
+@pytest.mark.integration
 def test_an_unknown_key_in_a_config_file_ends_on_the_key(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  rollout:\n    num_generationz: 4\n")
@@ -89,6 +93,7 @@ def test_a_class_path_typo_suggests_the_class(tmp_path, how):
     assert "did you mean lit_rlvr.callbacks.GRESO?" in line
 
 
+@pytest.mark.integration
 def test_print_config_comments_says_what_it_needs():
     try:
         import ruamel.yaml  # noqa: F401
@@ -115,6 +120,7 @@ PAIR = {"prompt": "Calculate 1 + 1.", "chosen": "2", "rejected": "3", "prompt_id
     ],
     ids=["non-utf8", "prompt_id"],
 )
+@pytest.mark.integration
 def test_a_bad_preference_row_ends_on_the_file_and_row(tmp_path, row, expected):
     # before: a bare UnicodeDecodeError / "invalid literal for int() with base 10: 'seven'"
     (tmp_path / "pairs.jsonl").write_bytes(json.dumps(PAIR).encode() + b"\n" + row + b"\n")
@@ -136,6 +142,7 @@ def two_runs(tmp_path_factory):
     return work, a.stdout + a.stderr, b.stdout + b.stderr, resumed.stdout + resumed.stderr, common, ckpt
 
 
+@pytest.mark.integration
 def test_each_fit_is_its_own_run_with_its_own_export(two_runs):
     # before: both fits exported to runs/tiny/policy (B replaced A's model)
     work, a, b, _, _, _ = two_runs
@@ -171,6 +178,7 @@ def test_plot_run_plots_one_run_into_its_folder(two_runs):
     assert not (work / "reward.png").exists()
 
 
+@pytest.mark.integration
 def test_a_resume_without_the_runs_method_config_says_so(two_runs):
     work, _, _, _, common, ckpt = two_runs
     line = _fails_with(*common, "--trainer.max_steps=6", f"--ckpt_path={ckpt}", cwd=work)
@@ -178,6 +186,7 @@ def test_a_resume_without_the_runs_method_config_says_so(two_runs):
     assert "pass the method config the run used or resume with --config runs/tiny/csv/version_0/config.yaml" in line
 
 
+@pytest.mark.integration
 def test_a_resume_with_another_group_size_says_so(two_runs):
     work, _, _, _, common, ckpt = two_runs
     line = _fails_with(*common, "--config", str(METHODS / "greso.yaml"), "--trainer.max_steps=6",
@@ -186,6 +195,7 @@ def test_a_resume_with_another_group_size_says_so(two_runs):
     assert "pass --model.rollout.num_generations=4" in line
 
 
+@pytest.mark.integration
 def test_a_resume_with_nothing_left_to_train_says_how_to_continue(two_runs):
     work, _, _, _, common, ckpt = two_runs
     done = _run(*common, "--config", str(METHODS / "greso.yaml"), "--trainer.max_steps=4", f"--ckpt_path={ckpt}",
@@ -194,6 +204,7 @@ def test_a_resume_with_nothing_left_to_train_says_how_to_continue(two_runs):
     assert "nothing trained" in line and "already at step 4" in line and "--trainer.max_steps" in line
 
 
+@pytest.mark.integration
 def test_a_reward_that_cannot_be_imported_ends_on_one_line(tmp_path):
     # the module is imported in a sandboxed worker, never in the trainer; its error comes back as the last line
     (tmp_path / "myreward.py").write_text("def score(completion, answer, metadata):\n    return 1.0\n")

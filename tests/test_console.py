@@ -55,6 +55,7 @@ def fit_and_resume(tmp_path_factory) -> tuple[Path, str, str]:
 
 
 @pytest.mark.parametrize("noise", NOISE)
+@pytest.mark.integration
 def test_a_fit_and_its_resume_print_no_noise(fit_and_resume, noise):
     _, first, resumed = fit_and_resume
     assert noise not in first

@@ -136,6 +136,7 @@ def test_a_bad_preference_row_fails_naming_the_file_and_row(tmp_path, row, messa
     assert str(path) in str(err.value)
 
 
+@pytest.mark.integration
 def test_a_dpo_fit_on_a_bad_file_stops_at_start_up_naming_the_row(tmp_path):
     _write(tmp_path / "pairs.jsonl", [*_pairs(3), {"prompt": "p", "chosen": "", "rejected": "r"}])
     with pytest.raises(ValueError, match=r"pairs.jsonl: row 4: field 'chosen' is empty"):
@@ -173,6 +174,7 @@ def _dpo_fit(workdir: Path, *extra: str) -> list[dict]:
         return [row for row in csv.DictReader(f) if row.get("dpo/loss")]
 
 
+@pytest.mark.integration
 def test_resume_mid_epoch_continues_as_if_never_stopped(tmp_path):
     """6 pairs, 2 per batch: 3 steps per epoch; stop after step 4 (inside epoch 2) and resume."""
     straight = _dpo_fit(tmp_path / "straight")

@@ -20,6 +20,7 @@ def _rows(run: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.integration
 def test_the_three_stages_run_end_to_end_on_the_tiny_model():
     report = run_pipeline(k=2, out="g2d", config_dir=CONFIGS, overlay_dir=TINY)
     out = Path("g2d")
@@ -48,6 +49,7 @@ def test_the_three_stages_run_end_to_end_on_the_tiny_model():
     assert json.loads((out / "compute.json").read_text())["total"] == report["total"]
 
 
+@pytest.mark.integration
 def test_k_zero_harvests_the_original_model():
     report = run_pipeline(k=0, out="g2d0", config_dir=CONFIGS, overlay_dir=TINY, stages=("warmup", "harvest"))
     assert report["stages"]["warmup"]["generated_tokens"] == 0  # no warm-up step

@@ -93,6 +93,7 @@ def test_shards_merge_without_duplicates_and_the_dataset_loads(tmp_path):
     assert ds["prompt_id"] == [0, 3] and ds["success_rate"] == [0.5, 0.25]
 
 
+@pytest.mark.integration
 def test_predict_writes_a_dataset_that_load_dataset_reads():
     import datasets
 

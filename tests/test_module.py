@@ -152,6 +152,7 @@ def test_a_raising_reward_is_counted_and_scored_zero(tmp_path):
     assert float(rows[-1]["reward/always_raises"]) == 0.0
 
 
+@pytest.mark.integration
 def test_a_step_with_every_prompt_skipped_generates_nothing_and_the_run_goes_on(tmp_path):
     # GRESO can skip a whole pool when Dynamic Sampling has nothing left to refill with
     main(["fit", "--config", TINY, "--trainer.max_steps=3", "--trainer.limit_val_batches=0", *PARITY,
@@ -175,6 +176,7 @@ def _fit(tmp_path, name: str, steps: int, ckpt: str | None = None, extra: tuple[
     return str(work / "runs" / "tiny")
 
 
+@pytest.mark.integration
 def test_resume_continues_where_the_run_stopped(tmp_path):
     straight = _fit(tmp_path, "straight", 4)
     first = _fit(tmp_path, "first", 2)
@@ -190,6 +192,7 @@ def test_resume_continues_where_the_run_stopped(tmp_path):
         assert not any(r.get("val/pass@1") for r in csv.DictReader(f))
 
 
+@pytest.mark.integration
 def test_num_iterations_and_kl_run_against_old_and_reference_logprobs(tmp_path):
     """μ = 2 optimizer steps per training step (ratios against the old log-probs) with a k3 KL to the frozen reference."""
     import lightning.pytorch as pl

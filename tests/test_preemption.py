@@ -26,6 +26,7 @@ def _interrupted_fit(workdir, signum: int, at_step: int, steps: int, sender: str
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_sigterm_mid_fit_saves_a_checkpoint_that_resumes_with_identical_metrics(tmp_path):
     straight = _fit(tmp_path, "straight", 6)
     done = _interrupted_fit(tmp_path / "first", signal.SIGTERM, at_step=2, steps=6)
@@ -43,6 +44,7 @@ def test_sigterm_mid_fit_saves_a_checkpoint_that_resumes_with_identical_metrics(
         assert [float(r[key]) for r in a] == pytest.approx([float(r[key]) for r in b], rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.integration
 def test_ctrl_c_after_the_rollout_saves_after_the_step_and_exits_130(tmp_path):
     done = _interrupted_fit(tmp_path / "run", signal.SIGINT, at_step=0, steps=4, sender="tests.stop_helpers.SignalAfterRollout")
     assert done.returncode == 128 + signal.SIGINT, done.stderr[-3000:]

@@ -88,6 +88,7 @@ def _same(a, b, where: str = "") -> None:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
+@pytest.mark.integration
 def test_sigterm_during_a_hanging_reward_saves_the_last_step_at_once_and_resumes(tmp_path):
     config = _reward_config(tmp_path, "sleeps_after_16_calls", workers=1, timeout_s=120)
     run = _Run(tmp_path, "--config", config, "--trainer.max_steps=3", "--model.checkpoint_every_n_steps=1", *FAST)
@@ -114,6 +115,7 @@ def test_sigterm_during_a_hanging_reward_saves_the_last_step_at_once_and_resumes
     assert len(_metrics(str(tmp_path / "runs" / "tiny"))) == 2  # the resumed run trained step 2
 
 
+@pytest.mark.integration
 def test_sigterm_during_the_evaluation_before_training_stops_at_once(tmp_path):
     config = _reward_config(tmp_path, "always_sleeps", workers=1, timeout_s=120)
     run = _Run(tmp_path, "--config", config, "--trainer.max_steps=2")
@@ -139,6 +141,7 @@ def _failing_fit(tmp_path, fn: str, **init_args) -> subprocess.CompletedProcess:
     ],
     ids=["raises", "times_out"],
 )
+@pytest.mark.integration
 def test_a_reward_that_fails_every_call_stops_the_run_naming_it(tmp_path, fn, init_args, what):
     done = _failing_fit(tmp_path, fn, **init_args)
     assert done.returncode != 0

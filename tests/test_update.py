@@ -65,6 +65,7 @@ def _one_step(aggregation: str, kl_coef: float = 0.0, **loss) -> tuple[torch.Ten
 
 
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.integration
 def test_skipped_rows_and_packed_micro_batches_give_the_same_gradient_and_step(aggregation):
     """The full update (every kept row, 3 rows a micro-batch, batch-wide padding) against the planned ones
     (zero-advantage rows skipped; rows packed by length under a 40-token budget, or each micro-batch's
@@ -85,6 +86,7 @@ def test_skipped_rows_and_packed_micro_batches_give_the_same_gradient_and_step(a
         assert planned["train/loss"] == pytest.approx(full["train/loss"], abs=1e-6)
 
 
+@pytest.mark.integration
 def test_with_kl_on_no_row_is_skipped():
     """The k3 KL has a gradient on zero-advantage rows: every kept row stays in the update."""
     _, _, metrics = _one_step("token-mean", kl_coef=0.1)
@@ -184,6 +186,7 @@ def test_the_first_iteration_records_the_old_logprobs():
     assert not t.old_logprobs.requires_grad
 
 
+@pytest.mark.integration
 def test_two_ddp_ranks_step_when_every_row_on_one_rank_is_skipped(tmp_path):
     """Rank 0's rows all have advantage 0 (its zero-weight placeholder row runs); rank 1 learns. No hang."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}

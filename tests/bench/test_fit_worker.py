@@ -43,6 +43,7 @@ def test_the_same_fit_twice_in_one_process_gives_the_same_metrics(tmp_path):
     assert rows == _metrics(second)  # nothing carries over from the earlier fit in the same process
 
 
+@pytest.mark.integration
 def test_pool_runs_fits_in_workers(tmp_path):
     with FitPool(jobs=1) as pool:
         futures = {}

@@ -56,6 +56,7 @@ def _fit(workdir: Path, method: str, steps: int, ckpt: str | None = None) -> dic
 @pytest.mark.parametrize("method", ["greso_pods", "sara_dps",
                                     pytest.param("mopps", marks=pytest.mark.slow),
                                     pytest.param("vigor_pods", marks=pytest.mark.slow)])
+@pytest.mark.integration
 def test_resumed_run_makes_the_same_decisions(tmp_path, method):
     straight = _fit(tmp_path / "straight", method, 4)
     _fit(tmp_path / "first", method, 2)
@@ -69,6 +70,7 @@ def test_resumed_run_makes_the_same_decisions(tmp_path, method):
 
 
 @pytest.mark.parametrize("method", ["greso_pods", "sara_dps"])
+@pytest.mark.integration
 def test_two_ddp_ranks_hold_identical_selector_state(tmp_path, method):
     """2 processes (gloo on CPU): selector state and pre-rollout decisions agree on both ranks."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}

@@ -552,6 +552,7 @@ def test_minilm_encoder_offline(monkeypatch):
 
 
 @pytest.mark.parametrize("method", ["leeps_pods"])  # LEEPS + DynamicSampling + PODS
+@pytest.mark.integration
 def test_resumed_fit_makes_the_same_selections(tmp_path, method):
     straight = _fit(tmp_path / "straight", method, 4)
     _fit(tmp_path / "first", method, 2)
@@ -563,6 +564,7 @@ def test_resumed_fit_makes_the_same_selections(tmp_path, method):
     _assert_same(straight["states"], resumed["states"])
 
 
+@pytest.mark.integration
 def test_two_ddp_ranks_make_identical_selections(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY,

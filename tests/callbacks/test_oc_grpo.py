@@ -397,6 +397,7 @@ def _fit(workdir, steps, ckpt=None):
     return torch.load(workdir / "selector_dump" / "rank0.pt", weights_only=False)
 
 
+@pytest.mark.integration
 def test_tiny_fit_guides_counts_and_resumes_with_the_same_decisions(tmp_path):
     straight = _fit(tmp_path / "straight", 4)
     rows = _metrics(str(tmp_path / "straight" / "runs" / "tiny"))
@@ -421,6 +422,7 @@ def test_tiny_fit_guides_counts_and_resumes_with_the_same_decisions(tmp_path):
         assert [r[key] for r in again] == [r[key] for r in rows[2:]], key
 
 
+@pytest.mark.integration
 def test_two_ddp_ranks_make_and_record_the_same_guidance_decisions(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--config", OC,
