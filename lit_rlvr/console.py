@@ -9,11 +9,14 @@ replaces Lightning's default one (``model.checkpoint_every_n_steps`` does that o
 ``max_steps`` (the training stream is endless, so Lightning shows "Epoch 0/-2") and a model
 summary without the FLOPs column (always 0: the module has no ``example_input_array``), whose
 "Trainer already configured with model summary callbacks" note is dropped too.
+``show_path`` writes a path the way the end-of-fit lines show it (``lit_rlvr.summary``,
+``lit_rlvr.selection_report``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import warnings
 from typing import Any, Union
@@ -30,6 +33,13 @@ _DROPPED_INFO = re.compile(
     r"|Trainer already configured with model summary callbacks: \[<class 'lit_rlvr\.console\.ParamsSummary'>\]\."
 )
 _RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+def show_path(path: Any) -> str:
+    """``path`` relative to the working directory when it lies below it, else absolute."""
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 class _DropInfo(logging.Filter):

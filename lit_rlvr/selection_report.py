@@ -302,9 +302,9 @@ def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
     path = recorder.resolve_path(trainer) if recorder is not None else None
     if path is None or not path.is_file():
         return []
-    from lit_rlvr.summary import _show
+    from lit_rlvr.console import show_path
 
-    return summary_lines(selection_stats(read_groups(path)), oracle_ratio(rows) if rows else None, _show(path.parent))
+    return summary_lines(selection_stats(read_groups(path)), oracle_ratio(rows) if rows else None, show_path(path.parent))
 
 
 # ------------------------------------------------------------------ the page and the plot

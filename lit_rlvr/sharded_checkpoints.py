@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from lit_rlvr import checkpointing as ck
+from lit_rlvr import checkpoint_files as ck
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +135,12 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def install(strategy: Any, io: "ck.AtomicCheckpointIO") -> None:
-    """Wrap ``strategy``'s save and load (a ModelParallelStrategy) with the staged save and the checked load."""
+def install(strategy: Any, io: Any) -> None:
+    """Wrap ``strategy``'s save and load (a ModelParallelStrategy) with the staged save and the checked load.
+
+    ``io``: the strategy's ``lit_rlvr.checkpointing.AtomicCheckpointIO`` (that module imports this one, so
+    it is not named here).
+    """
     if getattr(strategy, "_lit_rlvr_staged", False):
         return
     strategy.save_checkpoint = functools.partial(_save, strategy, strategy.save_checkpoint, io)
@@ -151,7 +155,7 @@ def _any_rank(strategy: Any, flag: bool) -> bool:
     return float(strategy.reduce(t, reduce_op="sum")) > 0
 
 
-def _save(strategy: Any, save: Callable, io: "ck.AtomicCheckpointIO", checkpoint: dict[str, Any], filepath: Any,
+def _save(strategy: Any, save: Callable, io: Any, checkpoint: dict[str, Any], filepath: Any,
           storage_options: Optional[Any] = None) -> None:
     if not getattr(strategy, "_save_distributed_checkpoint", False):
         return save(checkpoint, filepath, storage_options)
@@ -210,7 +214,7 @@ def _reduce(strategy: Any, value: float, op: str) -> float:
     return float(strategy.reduce(t, reduce_op=op))
 
 
-def _load(strategy: Any, load: Callable, io: "ck.AtomicCheckpointIO", checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+def _load(strategy: Any, load: Callable, io: Any, checkpoint_path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     path = Path(strategy.broadcast(os.fspath(checkpoint_path))).absolute()
     if strategy.is_global_zero:
         recover(path.parent)

@@ -16,25 +16,18 @@ version, ``lit_rlvr.runs``, and is plotted whole) and prints:
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any, Optional
 
 import lightning.pytorch as pl
 from lightning.pytorch.loggers import CSVLogger
 
+from lit_rlvr.console import show_path as _show
 from lit_rlvr.plot import heldout, plot_run, read_run
 
 log = logging.getLogger(__name__)
 
 PLOT_NAME = "reward.png"
-
-
-def _show(path: Any) -> str:
-    """``path`` relative to the working directory when it lies below it, else absolute."""
-    path = os.path.abspath(path)
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
 
 
 class RunSummary(pl.Callback):

@@ -23,10 +23,17 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lit_rlvr.rewards.base import RewardFunction
+
+class _HasWorkerCallers(Protocol):
+    """What ``apply_reward_sandbox`` uses of a ``RewardFunction`` (``lit_rlvr.rewards.base``).
+
+    Structural, so that this module (imported by ``lit_rlvr.rewards.timeout``, which ``base``
+    names) imports neither.
+    """
+
+    def worker_callers(self) -> list[Any]: ...
 
 ENV_ALLOWED = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ", "PYTHONHASHSEED", "PYTHONIOENCODING")
 """Environment variables a worker keeps (when set); anything else must be named in ``RewardSandbox.env``."""
@@ -137,7 +144,7 @@ def read_roots(modules: Sequence[str], extra: Sequence[str], launch_dir: str) ->
     return sorted(p for p in readable if os.path.exists(p)), sorted(p for p in listable if os.path.isdir(p))
 
 
-def apply_reward_sandbox(functions: Sequence["RewardFunction"], settings: RewardSandbox, processes: int = 1) -> str:
+def apply_reward_sandbox(functions: Sequence[_HasWorkerCallers], settings: RewardSandbox, processes: int = 1) -> str:
     """Share ``settings``' memory budget among the workers of ``functions``; returns a one-line summary.
 
     ``processes``: trainer processes on this machine (ranks), each with its own workers. Each
