@@ -1,4 +1,4 @@
-"""G2D K sweep on the quick-start model, against GRPO for the whole budget (issue 17; docs/g2d.md).
+"""G2D K sweep on the quick-start model, against GRPO for the whole budget (docs/g2d.md).
 
     export OMP_NUM_THREADS=1
     python scripts/bench_g2d.py g2d --ks 0 5 10 --harvest-batches 2     # one G2D pipeline per K

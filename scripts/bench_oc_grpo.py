@@ -1,4 +1,4 @@
-"""OC-GRPO against GRPO at an equal rollout budget on a task too hard for the quick-start model (issue 16).
+"""OC-GRPO against GRPO at an equal rollout budget on a task too hard for the quick-start model.
 
     export OMP_NUM_THREADS=1
     python scripts/bench_oc_grpo.py run --steps 8      # OC-GRPO, OC-GRPO without the weight, then GRPO

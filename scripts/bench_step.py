@@ -6,7 +6,7 @@ is trained in one process, and its steps alternate between three update paths in
 so that drift in a shared machine's load hits every path alike (``PATHS``, ``ORDER``):
 
 * old: ``skip_zero_advantage=False``: every kept row runs forward/backward, every row's prompt
-  recomputed (as before issue 18, except that each micro-batch is trimmed to its own padding);
+  recomputed (as before the row skipping, except that each micro-batch is trimmed to its own padding);
 * skip: the default: rows whose advantage is 0 on every loss token are left out;
 * skip+prefix: and ``share_prompt_prefix=True``: each micro-batch's distinct prompts run once.
 
@@ -62,7 +62,7 @@ from lit_rlvr.types import RolloutBatch
 from lit_rlvr.update import Updater, plan_update
 
 PATHS = {  # name -> (skip_zero_advantage, share_prompt_prefix)
-    "old": (False, False),  # every kept row, every row's prompt (the update before issue 18)
+    "old": (False, False),  # every kept row, every row's prompt (the update before row skipping and prompt sharing)
     "skip": (True, False),  # rows with advantage 0 left out
     "skip+prefix": (True, True),  # and each micro-batch's distinct prompts computed once
 }

@@ -1,6 +1,6 @@
 """Plan the update's forward/backward passes: which kept rows enter them, and in which micro-batches.
 
-Two exact savings (issue 18), both leaving the loss and its gradient the same function:
+Two exact savings, both leaving the loss and its gradient the same function:
 
 * **Rows that carry no gradient are left out.** A row's clipped surrogate is −A·ρ (or a
   clip of it) on every loss token, so with A × token weight = 0 on all of its loss tokens

@@ -1,4 +1,4 @@
-"""The same strategies and seeds under several learning signals, ranked side by side (issue 19).
+"""The same strategies and seeds under several learning signals, ranked side by side.
 
 ``compare_signals`` runs every (signal, seed, strategy) with ``SimConfig.signal`` replaced, then
 summarises each signal's runs with the report's own ``summarize`` at ONE common target (given, or the
