@@ -11,7 +11,7 @@ does to a group it replaced:
 * stage 3b (``revise``): a ``PromptSwap`` per guided group, no rollout changed: the loss prompt
   of that pool entry becomes x, and each row records x̃ (``batch.guided_prompt_token_ids``) and its
   fraction (``batch.guide_fraction``), so the ratio is π_θ(y|x)/π_old(y|x);
-* stage 6 (``token_weights``): the Adaptive variant's weights (``oc_grpo.guided_token_weights``),
+* stage 6 (``token_weights``, from ``oc_grpo.GuidedTokenWeights``): the Adaptive variant's weights,
   w_t = clamp((π_old(y_t|x)/π_old(y_t|x̃))^γ, 0.01, 1) on guided rows, exactly 1 on the others.
 """
 
@@ -24,9 +24,9 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lit_rlvr.callbacks.oc_grpo import guided_token_weights
+from lit_rlvr.callbacks.oc_grpo import GuidedTokenWeights
 from lit_rlvr.callbacks.state import require_keys, selector_name
-from lit_rlvr.selection import GroupReviser, Revision, TokenWeighter, gather_rows
+from lit_rlvr.selection import GroupReviser, Revision, gather_rows
 from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptSwap, RolloutBatch, RolloutStats
 
@@ -53,7 +53,7 @@ def guided_info(metadata: dict[str, Any], where: str = "a prompt") -> Optional[t
     return float(fraction), [{"role": str(m["role"]), "content": str(m["content"])} for m in plain]
 
 
-class OCGRPOFixed(GroupReviser, TokenWeighter):
+class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
     """OC-GRPO-Fixed: train harvested guided rows on their plain prompt, importance-corrected.
 
     Use on a harvested dataset (``HFDatasetSource(path=<out>/train.jsonl, messages_field="messages")``,
@@ -116,16 +116,6 @@ class OCGRPOFixed(GroupReviser, TokenWeighter):
         require_keys(f"{owner} totals", state_dict["totals"], self.totals)
         self.totals.update({k: int(v) for k, v in state_dict["totals"].items()})
 
-    @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: SelectionHost, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._step_metrics:
-            pl_module.log_metrics(dict(self._step_metrics))
-
-    @property
-    def last_metrics(self) -> dict[str, float]:
-        """The ``oc/...`` metrics of the last step (global over ranks), as logged."""
-        return dict(self._step_metrics)
-
     # ------------------------------------------------------------------ stage 3b: the swap
 
     @override
@@ -150,15 +140,3 @@ class OCGRPOFixed(GroupReviser, TokenWeighter):
             "oc/mean_fraction": float(total[2]) / groups if groups else float("nan"),
         }
         return Revision(swaps=swaps)
-
-    # ------------------------------------------------------------------ stage 6: the weights
-
-    @override
-    @torch.no_grad()
-    def token_weights(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> list[torch.Tensor]:
-        """[N] list of [L_i] weights: the Adaptive variant's w_t on kept guided rows, exactly 1 elsewhere."""
-        weights, metrics = guided_token_weights(
-            trainer, pl_module, batch, self.gamma, self.clamp_min, self.clamp_max, self.importance_weight
-        )
-        self._step_metrics.update(metrics)
-        return weights

@@ -44,7 +44,33 @@ log = logging.getLogger(__name__)
 _UNSOLVED, _NO_SOLUTION = -1.0, -2.0
 
 
-class OCGRPO(GroupReviser, TokenWeighter):
+class GuidedTokenWeights(TokenWeighter):
+    """Stage 6 of both OC-GRPO variants (OCGRPO, OCGRPOFixed): w_t on kept guided rows, exactly 1
+    elsewhere, and the step's ``oc/...`` metrics logged at the batch's end. A subclass sets
+    ``gamma``, ``clamp_min``, ``clamp_max``, ``importance_weight`` and ``_step_metrics``."""
+
+    @override
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: SelectionHost, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._step_metrics:
+            pl_module.log_metrics(dict(self._step_metrics))
+
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        """The ``oc/...`` metrics of the last step (global over ranks), as logged."""
+        return dict(self._step_metrics)
+
+    @override
+    @torch.no_grad()
+    def token_weights(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> list[torch.Tensor]:
+        """[N] list of [L_i] weights: w_t on kept guided rows, exactly 1 elsewhere."""
+        weights, metrics = guided_token_weights(
+            trainer, pl_module, batch, self.gamma, self.clamp_min, self.clamp_max, self.importance_weight
+        )
+        self._step_metrics.update(metrics)
+        return weights
+
+
+class OCGRPO(GroupReviser, GuidedTokenWeights):
     """OC-GRPO-Adaptive: guided regeneration of all-wrong groups, importance-corrected on the plain prompt.
 
     Use with the reference recipe's loss (``configs/methods/oc_grpo.yaml``: ε 0.2 both sides,
@@ -124,16 +150,6 @@ class OCGRPO(GroupReviser, TokenWeighter):
         self.solved_at = np.asarray(state_dict["solved_at"], dtype=np.int64).copy()
         self.totals.update({k: int(v) for k, v in state_dict["totals"].items()})
 
-    @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: SelectionHost, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._step_metrics:
-            pl_module.log_metrics(dict(self._step_metrics))
-
-    @property
-    def last_metrics(self) -> dict[str, float]:
-        """The ``oc/...`` metrics of the last step (global over ranks), as logged."""
-        return dict(self._step_metrics)
-
     # ------------------------------------------------------------------ stage 3b: revise
 
     @override
@@ -183,18 +199,6 @@ class OCGRPO(GroupReviser, TokenWeighter):
             "oc/unsolved_after_guidance": float(step["unsolved"]),
             "oc/mean_fraction": float(outcome[solved].mean()) if solved.any() else float("nan"),
         }
-
-    # ------------------------------------------------------------------ stage 6: token weights
-
-    @override
-    @torch.no_grad()
-    def token_weights(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> list[torch.Tensor]:
-        """[N] list of [L_i] weights: w_t on kept guided rows, exactly 1 elsewhere."""
-        weights, metrics = guided_token_weights(
-            trainer, pl_module, batch, self.gamma, self.clamp_min, self.clamp_max, self.importance_weight
-        )
-        self._step_metrics.update(metrics)
-        return weights
 
     def context_logprobs(self, pl_module: SelectionHost, batch: RolloutBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(log π_old(y|x), log π_old(y|x̃)) [m, L] of ``rows`` (``context_logprobs``)."""
