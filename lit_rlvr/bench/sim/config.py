@@ -67,6 +67,10 @@ class SimConfig:
     head_accuracy: float = 0.8
     """ARRoL: the partial-rollout signal matches the rollout's final outcome with this probability,
     independently per rollout (the paper's head is about 80% accurate)."""
+    profile: str = ""
+    """Path of a difficulty profile JSON (``lit_rlvr.bench.sim.profile``: per-part probed pass rates and
+    learnability) replacing the Beta draw; "" (default): Beta(pass_alpha, pass_beta). With a profile,
+    num_prompts and num_val must equal its prompt counts (``scripts/simulate.py --profile`` sets them)."""
 
     def __post_init__(self) -> None:
         if self.signal not in SIGNALS:

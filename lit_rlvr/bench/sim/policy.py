@@ -7,23 +7,42 @@ import numpy as np
 
 from lit_rlvr.bench.sim.config import MAX_ROLLOUTS_PER_PROMPT, SimConfig, logit, sigmoid
 from lit_rlvr.bench.sim.learning import group_weights
+from lit_rlvr.bench.sim.profile import DifficultyProfile
 from lit_rlvr.callbacks.greso import seeded_uniform
 
 __all__ = ["SimPolicy"]
 
 
 class SimPolicy:
-    """The simulated model: P(correct_i) = sigmoid(skill + bonus_i − d_i), outcomes a pure function of
-    (seed, step, prompt, k)."""
+    """The simulated model: P(correct_i) = sigmoid(λ_i·skill + bonus_i − d_i), outcomes a pure function of
+    (seed, step, prompt, k); λ_i = 1 unless ``SimConfig.profile`` gives the prompt's part another."""
 
     def __init__(self, cfg: SimConfig, seed: int) -> None:
         self.cfg = cfg
         self.seed = int(seed)
         rng = np.random.default_rng([int(cfg.dataset_seed), 0x51A])
         lo, hi = cfg.min_pass, 1 - cfg.min_pass
-        self.initial_pass = rng.beta(cfg.pass_alpha, cfg.pass_beta, cfg.num_prompts).clip(lo, hi)  # [N] p0
+        self.learnability = np.ones(cfg.num_prompts)  # [N] λ: share of the global skill a prompt gains
+        self.val_learnability = np.ones(cfg.num_val)  # [M]
+        if cfg.profile:
+            profile = DifficultyProfile.from_json(cfg.profile)
+            if (profile.num_prompts, profile.num_val) != (cfg.num_prompts, cfg.num_val):
+                raise ValueError(
+                    f"SimConfig.profile {cfg.profile} has {profile.num_prompts} train and {profile.num_val} held-out "
+                    f"prompts; set num_prompts={profile.num_prompts} and num_val={profile.num_val}"
+                )
+            initial, self.learnability, self.part = profile.train_arrays()
+            val_initial, self.val_learnability, self.val_part = profile.val_arrays(rng)
+            self.part_names = [p.name for p in profile.parts]
+        else:
+            initial = rng.beta(cfg.pass_alpha, cfg.pass_beta, cfg.num_prompts)
+            val_initial = rng.beta(cfg.pass_alpha, cfg.pass_beta, cfg.num_val)
+            self.part = np.zeros(cfg.num_prompts, dtype=np.int64)  # [N] part index (one part without a profile)
+            self.val_part = np.zeros(cfg.num_val, dtype=np.int64)  # [M]
+            self.part_names = ["all"]
+        self.initial_pass = initial.clip(lo, hi)  # [N] p0
         self.difficulty = -logit(self.initial_pass)  # [N] d = −logit(p0)
-        self.val_difficulty = -logit(rng.beta(cfg.pass_alpha, cfg.pass_beta, cfg.num_val).clip(lo, hi))  # [M]
+        self.val_difficulty = -logit(val_initial.clip(lo, hi))  # [M]
         self.bonus = np.zeros(cfg.num_prompts)  # [N]
         self.skill = 0.0
         self.step = 0
@@ -35,7 +54,7 @@ class SimPolicy:
     def pass_rate(self, ids: np.ndarray) -> np.ndarray:
         """[n] P(correct) of train prompt ids now."""
         ids = np.asarray(ids, dtype=np.int64)
-        return sigmoid(self.skill + self.bonus[ids] - self.difficulty[ids])
+        return sigmoid(self.learnability[ids] * self.skill + self.bonus[ids] - self.difficulty[ids])
 
     @staticmethod
     def _keys(ids: np.ndarray, ks: np.ndarray) -> np.ndarray:
@@ -94,7 +113,18 @@ class SimPolicy:
 
     def accuracy(self) -> float:
         """Exact expected pass rate on the held-out prompts."""
-        return float(sigmoid(self.skill - self.val_difficulty).mean())
+        return float(self._val_pass().mean())
+
+    def _val_pass(self) -> np.ndarray:
+        """[M] exact pass rates of the held-out prompts now."""
+        return sigmoid(self.val_learnability * self.skill - self.val_difficulty)
+
+    def part_accuracy(self) -> dict[str, float]:
+        """{part: exact expected held-out pass rate} (a profile's parts; {} without a profile)."""
+        if not self.cfg.profile:
+            return {}
+        rates = self._val_pass()
+        return {name: float(rates[self.val_part == i].mean()) for i, name in enumerate(self.part_names) if (self.val_part == i).any()}
 
     def learn(self, ids: np.ndarray, n_in_gradient: np.ndarray, successes: np.ndarray, batch_size: int, group_size: int) -> float:
         """Apply one step's update from its in-gradient groups (prompt ids [K], rollouts n [K], successes [K]);

@@ -15,7 +15,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import yaml
@@ -52,6 +52,7 @@ def simulate(
     out_dir: Optional[str | Path] = None,
     record_selection: bool = False,
     configs_dir: Optional[str | Path] = None,
+    observers: Sequence[Any] = (),
 ) -> SimResult:
     """Run one strategy through ``GRPOModule.training_step`` with the simulated policy.
 
@@ -59,6 +60,7 @@ def simulate(
 
     With ``out_dir``, writes ``<out_dir>/<strategy>/seed<seed>/csv/version_0/metrics.csv`` (and
     ``selection.csv`` there with ``record_selection``), the layout of a CSVLogger run.
+    ``observers``: callbacks that only read (e.g. per-part pass rates), placed after the selectors.
     """
     from lit_rlvr.bench.recorder import SelectionRecorder
 
@@ -70,7 +72,7 @@ def simulate(
     dm.setup()
     module = SimModule(sim, group_size, seed)
     selectors = spec.build(sim, group_size)
-    callbacks: list[Any] = list(selectors)
+    callbacks: list[Any] = list(selectors) + list(observers)
     run_dir = None
     if out_dir is not None:
         run_dir = Path(out_dir) / spec.name / f"seed{seed}" / "csv" / "version_0"
@@ -97,6 +99,7 @@ def simulate(
             "cumulative/rollouts_effective": 0.0,
             "cumulative/rollouts_in_gradient": 0.0,
             "sim/skill": sim.skill,
+            **{f"val/pass@1/{part}": acc for part, acc in sim.part_accuracy().items()},
         }
     ]
     for i in range(cfg.steps):
@@ -114,6 +117,7 @@ def simulate(
         done = i == cfg.steps - 1 or (cfg.max_rollouts and module.totals.rollouts_generated >= cfg.max_rollouts)
         if cfg.eval_every and (module.steps_done % cfg.eval_every == 0 or done):
             row["val/pass@1"] = sim.accuracy()
+            row.update({f"val/pass@1/{part}": acc for part, acc in sim.part_accuracy().items()})
         rows.append(row)
         if done:
             break
