@@ -3,9 +3,9 @@
 from lit_rlvr.data.code_sources import HumanEvalSource
 from lit_rlvr.data.datamodule import PromptDataModule
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
+from lit_rlvr.data.hf_source import HFDatasetSource
 from lit_rlvr.data.sources import (
     VAL_ID_OFFSET,
-    HFDatasetSource,
     PromptRecord,
     PromptSource,
     ReasoningGymSource,
