@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 import random
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -44,7 +45,7 @@ from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.hidden import final_token_states, last_hidden_states
 from lit_rlvr.rollout.loop import RolloutLoop, flatten, generate_for_eval
 from lit_rlvr.rollout.revise import generate_scored
-from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, in_lockstep, is_sharded, shard_policy, unsharded_for_export
+from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, in_lockstep, is_sharded, max_over_ranks, reshard, shard_policy, unsharded_for_export
 from lit_rlvr.types import Completion, PromptPool, RolloutStats
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -222,12 +223,30 @@ class PolicyModule(pl.LightningModule):
         return generate_scored(self.rollout_loop, pool, pool_index, prompts, counts, seed, stats)
 
     def last_hidden_states(self, rows: Sequence[Sequence[int]], batch_size: int, layer: int = -1, padding: str = "left") -> torch.Tensor:
-        """[n, H] float32 (CPU) ``hidden_states[layer]`` at each row's last token, no-grad, in eval mode."""
-        if padding == "left":
-            return last_hidden_states(self.policy, rows, self._pad_id, batch_size, layer)
-        if padding == "right":
-            return final_token_states(self.policy, rows, self._pad_id, batch_size, layer, self.device)
-        raise ValueError(f"last_hidden_states: padding must be 'left' or 'right', got {padding!r}")
+        """[n, H] float32 (CPU) ``hidden_states[layer]`` at each row's last token, no-grad, in eval mode.
+
+        FSDP2 (``lockstep``): a collective of every rank (each forward gathers weights from all ranks), so
+        every rank must call it; each runs as many batches as the rank with the most (a rank with fewer
+        forwards a one-token dummy, also with no rows), and the gathered weights are freed after."""
+        if padding not in ("left", "right"):
+            raise ValueError(f"last_hidden_states: padding must be 'left' or 'right', got {padding!r}")
+
+        def forward(part: Sequence[Sequence[int]]) -> torch.Tensor:
+            if padding == "left":
+                return last_hidden_states(self.policy, part, self._pad_id, batch_size, layer)
+            return final_token_states(self.policy, part, self._pad_id, batch_size, layer, self.device)
+
+        if not self.lockstep:
+            return forward(rows)
+        batches = math.ceil(len(rows) / max(1, int(batch_size)))
+        spare = max_over_ranks(batches, self.device) - batches  # before any forward: the collectives pair in order
+        try:
+            states = forward(rows)
+            for _ in range(spare):
+                forward([[self._pad_id]])
+        finally:
+            reshard(self.policy)  # FSDP2 keeps the root's gathered weights after a forward (no backward follows)
+        return states
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         """Log ``metrics`` at this training step."""

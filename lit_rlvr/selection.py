@@ -172,6 +172,11 @@ class RolloutPruner(SelectionCallback):
     ``max_new_tokens``, scores them, and reports the kept rows' final rewards to ``record_outcomes``.
     Pruned rollouts never reach the batch; they are counted (``rollouts/pruned``) and their tokens
     are in ``tokens/generated``. At most one pruner per run.
+
+    Under FSDP2 (``SelectionHost.lockstep``) every rank runs each round's collective calls
+    (``rollout.pruning.run_pruned_round``): when any rank's engine gave no hidden states, ``prune``
+    is called on every rank, also with no rows, and must make the same host calls
+    (``last_hidden_states``) as with rows.
     """
 
     detect_tokens: int = 512

@@ -38,9 +38,16 @@ What the paper leaves open, decided here (each a constructor argument where it m
 
 State (``state_dict``): the head's weights, optimizer and buffer; the calibration counts; the
 cumulative counters. Lightning saves it with every checkpoint; ``lit_rlvr.arrol_vote`` loads it to
-weight test-time votes by the head's calibrated p̂ (``vote_weights``). Every rank trains on the
-same gathered rows from the same initial weights, so the head, the calibration and every pruning
-rule are identical on every rank and on resume.
+weight test-time votes by the head's calibrated p̂ (``vote_weights``).
+
+Several ranks (DDP or FSDP2; docs/arrol.md, "Several ranks"): each rank prunes the groups it rolls
+out. Every rank trains on the same gathered rows (``gather_rows``, in rank order) from the same
+initial weights, and the step's counts (pruned, kept, tokens saved) are summed over ranks, so the
+head, the calibration, the counters and every pruning rule are identical on every rank, the one
+state a checkpoint saves is every rank's, and a resume continues as if never stopped. Under FSDP2 a
+forward is a collective: ``rollout.pruning.run_pruned_round`` keeps every rank's round in step
+(detect call, hidden-state vote, continuation) and the head's fallback forward
+(``SelectionHost.last_hidden_states``) pads to the most batches of any rank.
 """
 
 from __future__ import annotations
@@ -207,12 +214,6 @@ class ARRoL(RolloutPruner):
                     f"pruning would undo its allocation. Remove one of them from trainer.callbacks (ARRoL composes "
                     f"with the fixed-G default and DynamicSampling, pre-rollout selectors and PODS)"
                 )
-        if pl_module.lockstep:
-            raise ValueError(
-                "ARRoL does not run under FSDP2 sharding yet: its partial/continuation rounds and the head's "
-                "hidden-state forward are not kept in step across ranks (a sharded forward is a collective). "
-                "Train ARRoL with trainer.strategy=ddp, or remove ARRoL from trainer.callbacks"
-            )
         self._trainer, self._host = trainer, pl_module
 
     # ------------------------------------------------------------------ during rollout
@@ -295,15 +296,18 @@ class ARRoL(RolloutPruner):
             if self.head.ready:
                 self.calibrator.update(raw, outcome)
             metrics["head_loss"] = self.head.update(features, outcome)
-        # tokens saved (estimate): pruned partial rollouts x mean tokens a continued survivor added after detect.
+        # tokens saved (estimate): pruned partial rollouts x mean tokens a continued survivor added after detect,
+        # both over every rank, so the counters are the same on every rank (the checkpoint saves one of them).
         extra = [len(c.token_ids) - self.detect_tokens for c in batch.completions if len(c.token_ids) > self.detect_tokens]
-        cont_mean = sum(extra) / len(extra) if extra else 0.0
-        saved = self._step_counts["pruned_partial"] * cont_mean
-        self.totals["pruned"] += self._step_counts["pruned"]
-        self.totals["kept"] += len(batch)
+        counts = torch.tensor([[self._step_counts["pruned_partial"], self._step_counts["pruned"], len(batch), sum(extra), len(extra)]], dtype=torch.float64)
+        pruned_partial, pruned, kept_rows, extra_sum, extra_n = gather_rows(trainer, counts).sum(0).tolist()  # summed over ranks
+        cont_mean = extra_sum / extra_n if extra_n else 0.0
+        saved = pruned_partial * cont_mean
+        self.totals["pruned"] += int(pruned)
+        self.totals["kept"] += int(kept_rows)
         self.totals["tokens_saved"] += saved
         self.totals["steps"] += 1
-        metrics.update({"tokens_saved": saved, "rollouts_pruned": float(self._step_counts["pruned"]), "head_updates": float(self.head.updates)})
+        metrics.update({"tokens_saved": saved, "rollouts_pruned": float(pruned), "head_updates": float(self.head.updates)})
         self._metrics = metrics
         self._rows = []
         self._step_counts = {k: 0 for k in self._step_counts}

@@ -122,7 +122,9 @@ class RolloutLoop:
         ``any_rank(flag)`` (a collective: whether any rank passed True) keeps the engine calls of
         ranks in step when generation itself is a collective (FSDP2): a rank whose allocator is done
         makes empty engine calls while another rank still generates rounds.
-        ``pruner``: each round goes through ``run_pruned_round`` (only its survivors reach the batch).
+        ``pruner``: each round goes through ``run_pruned_round`` (only its survivors reach the batch);
+        with ``any_rank`` a done rank joins another rank's pruned round with an empty one, which makes
+        the same collective calls (the detect call, the hidden-state vote, the continuation).
         """
         state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed, drawer=drawer)
         rows, stats = _Rows(), RolloutStats()
@@ -135,12 +137,12 @@ class RolloutLoop:
             if pruner is None:
                 new = self._plain_round(requests, chosen, sampling, pool, stats)
             else:  # stage 2b: generate to detect_tokens, prune, continue the survivors
-                new = self._pruned_round(pruner, state, requests, chosen, sampling, stats)
+                new = self._pruned_round(pruner, state, requests, chosen, sampling, stats, any_rank)
             stats.reward_errors += new[2].errors
             stats.reward_timeouts += new[2].timeouts
             rows.add(state, new)
             state.round += 1
-        self._join_other_ranks(any_rank)
+        self._join_other_ranks(any_rank, pruner, state)
         stats.rounds = state.round
         stats.extra["prompts_drawn"] = float(state.drawn)
         return rows.batch(pool), stats
@@ -208,11 +210,12 @@ class RolloutLoop:
         chosen: list[int],
         sampling: SamplingConfig,
         stats: RolloutStats,
+        any_rank: Optional[Callable[[bool], bool]] = None,
     ) -> Round:
         """Stage 2b: the round through ``run_pruned_round``; its costs and counts go into ``stats``."""
         pruned = run_pruned_round(
             self.engine, self.tokenizer, self.scorer, pruner, state.pool, requests, chosen, sampling,
-            state.step, state.seed, state.round, state.group_size,
+            state.step, state.seed, state.round, state.group_size, any_rank,
         )
         stats.rollout_seconds += pruned.generate_seconds + pruned.prune_seconds
         stats.reward_seconds += pruned.reward_seconds
@@ -221,10 +224,19 @@ class RolloutLoop:
             stats.extra[key] = stats.extra.get(key, 0.0) + float(value)
         return pruned.prompt_index, pruned.completions, pruned.result
 
-    def _join_other_ranks(self, any_rank: Optional[Callable[[bool], bool]]) -> None:
-        """FSDP2: while another rank still generates a round, make empty engine calls to join its gathers."""
+    def _join_other_ranks(
+        self, any_rank: Optional[Callable[[bool], bool]], pruner: Optional[RolloutPruner] = None, state: Optional[RolloutState] = None
+    ) -> None:
+        """FSDP2: while another rank still generates a round, make empty engine calls to join its gathers
+        (with a pruner, an empty pruned round: the same collective calls as the other rank's round)."""
         while any_rank is not None and any_rank(False):
-            self.engine.generate([], self.sampling)
+            if pruner is None or state is None:
+                self.engine.generate([], self.sampling)
+            else:
+                run_pruned_round(
+                    self.engine, self.tokenizer, self.scorer, pruner, state.pool, [], [], self.sampling,
+                    state.step, state.seed, state.round, state.group_size, any_rank,
+                )
 
 
 def _round_seed(seed: int, step: int, round_: int, rank: int) -> int:

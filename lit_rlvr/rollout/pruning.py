@@ -6,13 +6,22 @@ engine call, scores the rollouts that already stopped (they are complete), hands
 batched call (the engine continues after prompt + partial), scores those, and returns the kept
 rows in generation order. Pruned rows are dropped from the batch but counted: their number and
 the tokens they spent.
+
+Ranks in step (FSDP2, ``any_rank`` given): a sharded forward is a collective, so every rank makes
+the same sequence of collective calls in a round, whatever its rows: the detect-length engine call,
+one ``any_rank`` vote on whether some rank needs the hidden-state forward (an engine that returns no
+hidden states, vLLM), then, if one does, ``pruner.prune`` on every rank (the pruner's forward,
+``SelectionHost.last_hidden_states``, runs as many batches on every rank), and the continuation
+call, made even when this rank continues nothing. The engine pads its own batches (the HF engine:
+spare ranks decode a dummy row, ``synced_gpus``). A rank whose allocator is done runs the same
+round with no requests (``RolloutLoop._join_other_ranks``), so the calls pair up.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -76,9 +85,14 @@ def run_pruned_round(
     seed: int,
     round_: int,
     group_size: int,
+    any_rank: Optional[Callable[[bool], bool]] = None,
 ) -> PrunedRound:
     """One round: generate to ``detect_tokens``, prune, continue the survivors, score; ``chosen[i]`` is
-    the pool index of ``requests[i]``; ``sampling`` is the round's (its seed, max_new_tokens)."""
+    the pool index of ``requests[i]``; ``sampling`` is the round's (its seed, max_new_tokens).
+
+    ``any_rank(flag)`` (a collective: whether any rank passed True) is given when forwards are
+    collectives (FSDP2): the round then makes the same collective calls on every rank, also with no
+    requests (module docstring)."""
     detect = pruner.detect_tokens
     t0 = time.perf_counter()
     first = engine.generate(
@@ -106,9 +120,13 @@ def run_pruned_round(
     hidden = None
     if pruner.wants_hidden_states and n and all(c.hidden_state is not None for c in partials):
         hidden = torch.stack([c.hidden_state for c in partials]).float()  # [n, H]
+    # FSDP2: if any rank lacks the engine's hidden states, the pruner's forward runs on every rank (a collective)
+    forward_everywhere = any_rank is not None and any_rank(bool(pruner.wants_hidden_states and n and hidden is None))
+    if forward_everywhere:
+        hidden = None
     view = PartialRollouts(pool, torch.tensor(prompt_index, dtype=torch.long), prompt_tokens, partials, finished, rewards, hidden, step, seed, round_, group_size)
     t0 = time.perf_counter()
-    keep = pruner.prune(view).to(torch.bool) if n else torch.zeros(0, dtype=torch.bool)  # [n]
+    keep = pruner.prune(view).to(torch.bool) if n or forward_everywhere else torch.zeros(0, dtype=torch.bool)  # [n]
     prune_s = time.perf_counter() - t0
 
     # Continue the kept partial rollouts (one batched call; the engine continues after prompt + partial).
@@ -118,7 +136,7 @@ def run_pruned_round(
     t0 = time.perf_counter()
     rest = engine.generate(
         [GenerationRequest(prompt_tokens[r], 1, partial_token_ids=partials[r].token_ids) for r in cont_rows], cont_sampling
-    ) if cont_rows else []
+    ) if cont_rows or any_rank is not None else []  # FSDP2: every rank makes the call, rows or not
     generate_s += time.perf_counter() - t0
     full = list(partials)
     for r, outs in zip(cont_rows, rest):

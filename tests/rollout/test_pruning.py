@@ -9,6 +9,7 @@ from lit_rlvr.rewards import RewardFunction, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.hidden import last_hidden_states
 from lit_rlvr.rollout.loop import RolloutLoop
+from lit_rlvr.rollout.pruning import run_pruned_round
 from tests.callbacks.fixtures import make_pool
 
 MAX_NEW, DETECT, G = 10, 4, 4
@@ -94,3 +95,66 @@ def test_arrol_through_the_loop_keeps_half_of_each_group(loop):
     batch, stats = rollout_loop.run(make_pool([1, 2], batch_size=2), FixedGroupAllocator(), G, step=0, seed=0, pruner=arrol)
     assert len(batch) == 4 and stats.extra["rollouts_pruned"] == 4
     assert sorted(batch.prompt_index.tolist()) == [0, 0, 1, 1]
+
+
+class _RecordingEngine:
+    """The real engine, recording each call's (requests, max_new_tokens)."""
+
+    def __init__(self, engine):
+        self.engine, self.calls = engine, []
+
+    def generate(self, requests, sampling):
+        self.calls.append((len(requests), sampling.max_new_tokens))
+        return self.engine.generate(requests, sampling)
+
+
+def test_a_lockstep_round_makes_the_same_calls_with_rows_and_without(loop):
+    """FSDP2 (``any_rank`` given): a round with rows and the empty round a done rank joins it with make the
+    same calls in the same order: the detect call, one vote on the hidden-state forward, the continuation
+    (made even when nothing is continued); when another rank lacks hidden states (the vote says so),
+    every rank's pruner runs, with no hidden states, also with no rows (its forward is a collective)."""
+    rollout_loop, model, tok = loop
+    pool = make_pool([3, 4], batch_size=2)
+    requests = rollout_loop._requests(pool, torch.tensor([G, G]), [0, 1], {})
+    sampling = SamplingConfig(1.0, 1.0, MAX_NEW, seed=5)
+    seen = []
+    for other_lacks_hidden in (False, True):
+        for reqs, chosen in ((requests, [0, 1]), ([], [])):
+            engine, votes, pruner = _RecordingEngine(rollout_loop.engine), [], KeepFirstTwo()
+
+            def any_rank(flag):
+                votes.append(flag)
+                return flag or other_lacks_hidden
+
+            out = run_pruned_round(engine, tok, rollout_loop.scorer, pruner, pool, reqs, chosen, sampling, 0, 0, 0, G, any_rank)
+            seen.append((other_lacks_hidden, len(reqs), engine.calls, votes, pruner.seen))
+            assert [m for _, m in engine.calls] == [DETECT, MAX_NEW - DETECT]
+            assert votes == [False]  # the HF engine gave every row its hidden state
+            if other_lacks_hidden:
+                assert pruner.seen is not None and pruner.seen.hidden is None and len(pruner.seen) == len(out.completions) + out.pruned
+            else:
+                assert (pruner.seen is None) == (not reqs)
+                assert reqs == [] or pruner.seen.hidden is not None
+    # the empty round: no rows in either call, nothing kept
+    assert all(calls[0][0] == 0 and calls[1][0] == 0 for _, n, calls, _, _ in seen if n == 0)
+
+
+def test_a_done_rank_joins_each_pruned_round_with_an_empty_one(loop):
+    """``RolloutLoop._join_other_ranks`` with a pruner: per round another rank still runs, an empty pruned
+    round (two engine calls, the detect call and the continuation), until no rank runs one."""
+    rollout_loop, model, tok = loop
+    from lit_rlvr.types import RolloutState
+
+    engine = _RecordingEngine(rollout_loop.engine)
+    joiner = RolloutLoop(engine, tok, rollout_loop.scorer, SamplingConfig(1.0, 1.0, MAX_NEW))
+    rounds = iter([True, False, True, True, False])  # per call: another rank runs a round (True) or votes on hidden states
+    votes = []
+
+    def any_rank(flag):
+        votes.append(flag)
+        return next(rounds)
+
+    state = RolloutState(pool=make_pool([3], batch_size=1), group_size=G, step=0, seed=0)
+    joiner._join_other_ranks(any_rank, KeepFirstTwo(), state)
+    assert engine.calls == [(0, DETECT), (0, MAX_NEW - DETECT), (0, DETECT), (0, MAX_NEW - DETECT)]
+    assert votes == [False] * 5  # round?, hidden?, round?, hidden? (True: the pruner ran on no rows), round?
