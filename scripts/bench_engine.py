@@ -136,19 +136,39 @@ def merge_costs(model: Any) -> dict[str, float]:
             "inplace_tensors_changed": changed, "inplace_tensors": len(base)}
 
 
-def vllm_tokens_per_s(model_dir: str, prompts: list[list[int]], n: int, max_new: int, dtype: str, seed: int) -> float:
-    """vLLM's CPU build on the base model (no adapter), the same prompts, n samples, temperature 1."""
+VLLM_ENV = {
+    # the engine core in this process (one process, like the HF engine), not a second one beside it
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    # no CPU pinning: its OpenMP and torch threads follow OMP_NUM_THREADS (1 here), like the HF engine's
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache: 23k tokens for SmolLM2, far more than 64 x 512
+    "VLLM_LOGGING_LEVEL": "WARNING",
+}
+
+
+def vllm_run(model_dir: str, prompts: list[list[int]], n: int, max_new: int, dtype: str, seed: int) -> dict[str, float]:
+    """vLLM's CPU build on the base model (no adapter), the same prompts, n samples, temperature 1.
+
+    One engine at a time: the other dtype's engine is dropped before this one is built (untimed), then
+    an untimed warm-up call (1 prompt, 2 samples, 2 tokens, as for the HF paths) precedes the timed one."""
+    import gc
+
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    llm = vllm_tokens_per_s.cache.get(dtype) if hasattr(vllm_tokens_per_s, "cache") else None
-    if llm is None:
+    cache = vllm_run.__dict__.setdefault("cache", {})
+    if dtype not in cache:
+        cache.clear()
+        gc.collect()
         llm = LLM(model=model_dir, dtype=dtype, seed=seed, max_model_len=512, enforce_eager=True)
-        vllm_tokens_per_s.cache = {dtype: llm}
+        llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], SamplingParams(n=2, temperature=1.0, max_tokens=2, seed=0), use_tqdm=False)
+        cache[dtype] = llm
+    llm = cache[dtype]
     params = SamplingParams(n=n, temperature=1.0, max_tokens=max_new, seed=seed)
     t0 = time.perf_counter()
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     seconds = time.perf_counter() - t0
-    return sum(len(c.token_ids) for o in outs for c in o.outputs) / seconds
+    tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "load": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -161,6 +181,9 @@ def main() -> None:
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if args.vllm:  # before vllm is imported; an explicit setting in the environment wins
+        for key, value in VLLM_ENV.items():
+            os.environ.setdefault(key, value)
 
     from lit_rlvr.policy import ensure_smollm2_cache
     from lit_rlvr.rollout import HFEngine
@@ -169,12 +192,20 @@ def main() -> None:
     info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "load_start": os.getloadavg()[0],
             "prompts": len(prompts), "samples": args.samples}
+    import transformers
+
+    info["transformers"] = transformers.__version__
+    if args.vllm:
+        import vllm
+
+        info["vllm"] = vllm.__version__
+        info["vllm_env"] = {k: os.environ.get(k) for k in (*VLLM_ENV, "OMP_NUM_THREADS", "LD_PRELOAD")}
     try:
         info["cpu"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
     peak = {str(d).removeprefix("torch."): matmul_peak(d) for d in (torch.float32, torch.bfloat16)}
-    print(f"{info['date']}  {info['cpu']}  torch {info['torch']}  threads {info['threads']}  load {info['load_start']:.2f}")
+    print(f"{info['date']}  {info['cpu']}  torch {info['torch']}  transformers {info['transformers']}  vllm {info.get('vllm')}  threads {info['threads']}  load {info['load_start']:.2f}")
     print("matmul peak GFLOP/s (2048^3):", {k: round(v, 1) for k, v in peak.items()}, flush=True)
     costs = merge_costs(model)
     print("merge costs:", {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in costs.items()}, flush=True)
@@ -192,10 +223,13 @@ def main() -> None:
                 print(f"T={max_new:4d} round {r} {name:9s} {rec['seconds']:7.2f} s  {rec['tokens']:6d} tok  "
                       f"{rec['tokens_per_s']:7.1f} tok/s  returned/computed {rec['returned_share']:.2f}  load {rec['load']:.2f}", flush=True)
             if args.vllm:
-                for dtype in ("float32", "bfloat16"):
-                    tps = vllm_tokens_per_s(str(ensure_smollm2_cache()), prompts, args.samples, max_new, dtype, seed=r)
-                    records.append({"path": f"vllm-{dtype}", "max_new_tokens": max_new, "round": r, "tokens_per_s": tps, "load": os.getloadavg()[0]})
-                    print(f"T={max_new:4d} round {r} vllm-{dtype} {tps:7.1f} tok/s", flush=True)
+                dtypes = ("float32", "bfloat16") if r % 2 == 0 else ("bfloat16", "float32")
+                for dtype in dtypes:
+                    rec = {"path": f"vllm-{dtype}", "max_new_tokens": max_new, "round": r,
+                           **vllm_run(str(ensure_smollm2_cache()), prompts, args.samples, max_new, dtype, seed=r)}
+                    records.append(rec)
+                    print(f"T={max_new:4d} round {r} vllm-{dtype} {rec['seconds']:7.2f} s  {rec['tokens']:6d} tok  "
+                          f"{rec['tokens_per_s']:7.1f} tok/s  load {rec['load']:.2f}", flush=True)
 
     print("\nmedian tokens/s (ratio to 'before'):")
     summary: dict[str, dict[str, float]] = {}

