@@ -184,3 +184,11 @@ def test_setup_warns_and_trains_as_grpo_without_harvested_rows(caplog):
     templated = PromptRecord(1, "q", "a", {"oc_guided": {"fraction": 0.4, "plain_messages": PLAIN}})  # messages not served
     with pytest.raises(ValueError, match="messages_field: messages"):
         OCGRPOFixed().setup_selection(SimpleNamespace(datamodule=SimpleNamespace(train_records=[templated])), None, [])
+
+
+def test_fsdp2_is_refused_with_what_to_do():
+    from types import SimpleNamespace
+
+    sharded = SimpleNamespace(lockstep=True)  # SelectionHost.lockstep: a forward is a collective (FSDP2)
+    with pytest.raises(ValueError, match="FSDP2.*trainer.strategy=ddp"):
+        OCGRPOFixed().setup_selection(SimpleNamespace(datamodule=None), sharded, [])
