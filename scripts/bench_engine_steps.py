@@ -28,6 +28,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm"],
+                        help="one engine per process, e.g. the HF engine under lit-rlvr's own transformers (.venv) "
+                             "and vLLM under .venv-vllm, alternating processes")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -38,8 +41,6 @@ def main() -> None:
     for key, value in bench.VLLM_ENV.items():
         os.environ.setdefault(key, value)
 
-    from vllm import LLM, SamplingParams, TokensPrompt
-
     from lit_rlvr.policy import ensure_smollm2_cache
     from lit_rlvr.rollout.decode import decode
     from lit_rlvr.rollout.gen_model import GenerationModel
@@ -48,7 +49,10 @@ def main() -> None:
     prompt = prompts[0]
     dtype = getattr(torch, args.dtype)
     hf = GenerationModel(model, merge_lora=True, dtype=dtype).model()
-    llm = LLM(model=str(ensure_smollm2_cache()), dtype=args.dtype, seed=0, max_model_len=512, enforce_eager=True)
+    if "vllm" in args.engines:
+        from vllm import LLM, SamplingParams, TokensPrompt
+
+        llm = LLM(model=str(ensure_smollm2_cache()), dtype=args.dtype, seed=0, max_model_len=512, enforce_eager=True)
 
     def hf_call(rows: int, new: int) -> float:
         torch.manual_seed(0)
@@ -67,7 +71,7 @@ def main() -> None:
         assert all(len(c.token_ids) == new for c in outs[0].outputs)
         return seconds
 
-    calls = {"hf": hf_call, "vllm": vllm_call}
+    calls = {name: call for name, call in (("hf", hf_call), ("vllm", vllm_call)) if name in args.engines}
     for call in calls.values():  # warm-up
         call(2, 2)
     records = []
@@ -86,15 +90,16 @@ def main() -> None:
     for rows in args.rows:
         cell = {name: statistics.median(x["step_ms"] for x in records if x["engine"] == name and x["rows"] == rows) for name in calls}
         summary[str(rows)] = cell
-        print(f"rows {rows}: median step ms hf {cell['hf']:.1f}  vllm {cell['vllm']:.1f}  hf/vllm {cell['hf'] / cell['vllm']:.2f}")
+        print(f"rows {rows}: median step ms " + "  ".join(f"{k} {v:.1f}" for k, v in cell.items())
+              + (f"  hf/vllm {cell['hf'] / cell['vllm']:.2f}" if len(cell) == 2 else ""))
     if args.json_out:
-        import vllm
         import transformers
 
         os.makedirs(os.path.dirname(args.json_out) or ".", exist_ok=True)
         with open(args.json_out, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "dtype": args.dtype, "steps": args.steps,
-                       "torch": torch.__version__, "transformers": transformers.__version__, "vllm": vllm.__version__,
+                       "torch": torch.__version__, "transformers": transformers.__version__,
+                       "vllm": __import__("vllm").__version__ if "vllm" in args.engines else None, "engines": args.engines,
                        "env": {k: os.environ.get(k) for k in (*bench.VLLM_ENV, "OMP_NUM_THREADS")},
                        "records": records, "median_step_ms": summary}, f, indent=1)
 
