@@ -21,6 +21,8 @@ from typing import Any, Optional
 
 import torch
 
+from lit_rlvr.rollout.packed_linear import PackedLinear, pack_linears, packing_available
+
 log = logging.getLogger(__name__)
 
 GENERATION_DTYPES = (None, "auto", "float32", "bfloat16", "float16")
@@ -81,9 +83,12 @@ class GenerationModel:
         policy: the training model (plain or ``peft.PeftModel``).
         merge_lora: decode with the adapter merged into a copy's weights.
         dtype: the dtype to decode in (a copy is made when it differs from the policy's).
+        pack_weights: give the copy's linear layers pre-packed oneDNN weights (``packed_linear``;
+            bit-identical outputs); only where ``packing_available`` (bfloat16 on CPU), and only
+            when there is a copy.
     """
 
-    def __init__(self, policy: Any, merge_lora: bool, dtype: torch.dtype) -> None:
+    def __init__(self, policy: Any, merge_lora: bool, dtype: torch.dtype, pack_weights: bool = False) -> None:
         self.policy = policy
         self.dtype = dtype
         self.merge = merge_lora
@@ -92,6 +97,7 @@ class GenerationModel:
         is_peft = callable(getattr(policy, "merge_and_unload", None))
         # a copy is needed to merge (peft model) or to cast; otherwise the policy itself is used
         self.needs_copy = (merge_lora and is_peft) or dtype != param.dtype
+        self.pack = bool(pack_weights) and self.needs_copy and packing_available(dtype, param.device)
         self._copy: Any = None
         self._seen: Optional[tuple] = None
         self.refreshes = 0
@@ -107,20 +113,25 @@ class GenerationModel:
         model = copy.deepcopy(self.policy)
         if self.merge and callable(getattr(model, "merge_and_unload", None)):
             model = model.merge_and_unload()
-        return model.to(self.dtype).eval().requires_grad_(False)
+        model = model.to(self.dtype).eval().requires_grad_(False)
+        if self.pack:
+            pack_linears(model)
+        return model
 
     @torch.no_grad()
     def _refresh_lora(self) -> None:
         """Rewrite each adapted linear of the copy as W + delta (computed in float32, then cast)."""
         for name, layer in self.lora.items():
             weight = layer.base_layer.weight.float()  # [out, in]
-            if layer.disable_adapters or layer.merged:  # adapter off, or already in base_layer.weight
-                self._copy.get_submodule(name).weight.copy_(weight)
-                continue
-            for adapter in layer.active_adapters:
-                if adapter in layer.lora_A:
-                    weight = weight + layer.get_delta_weight(adapter).float()
-            self._copy.get_submodule(name).weight.copy_(weight)
+            if not (layer.disable_adapters or layer.merged):  # adapter off, or already in base_layer.weight
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A:
+                        weight = weight + layer.get_delta_weight(adapter).float()
+            target = self._copy.get_submodule(name)
+            if isinstance(target, PackedLinear):
+                target.load_weight(weight)
+            else:
+                target.weight.copy_(weight)
 
     def model(self) -> Any:
         """The model to decode with, refreshed if the policy changed since the last call."""
