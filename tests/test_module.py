@@ -144,6 +144,7 @@ def test_parameters_change_after_a_step(tmp_path, lora):
     assert module.totals.rollouts_generated == 16
 
 
+@pytest.mark.integration  # an end-to-end fit, 19-56 s on 2 loaded cores: in the end-to-end suite
 def test_a_raising_reward_is_counted_and_scored_zero(tmp_path):
     main(["fit", "--config", TINY, "--trainer.max_steps=2", "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:always_raises"])
     rows = _metrics("runs/tiny")

@@ -109,6 +109,7 @@ def test_a_rerun_skips_harvested_prompts_and_writes_the_same_dataset(tmp_path):
     assert summary["guided_rows"] == 3
 
 
+@pytest.mark.integration  # an end-to-end fit, 19-56 s on 2 loaded cores: in the end-to-end suite
 def test_the_script_harvests_with_the_trainers_policy_engine_and_reward(tmp_path, monkeypatch):
     """Through the command line on the tiny model: a fit config, loaded as `lit-rlvr fit` would."""
     monkeypatch.chdir(tmp_path)

@@ -113,6 +113,7 @@ def test_a_resumed_step_replaces_the_rows_it_repeats(tmp_path):
     assert [(r.step, r.correct) for r in read_groups(path)] == [(0, 0), (1, 2), (2, 1)]
 
 
+@pytest.mark.integration  # an end-to-end fit, 19-56 s on 2 loaded cores: in the end-to-end suite
 def test_a_tiny_fit_keeps_its_groups_summarises_them_and_reports(capsys):
     # 8 prompts, 4 a step: 2 steps an epoch, so 6 steps visit every prompt in 3 epochs
     main(["fit", "--config", TINY, "--data.source.init_args.train_size=8", "--trainer.max_steps=6",

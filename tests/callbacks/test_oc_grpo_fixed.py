@@ -144,6 +144,7 @@ def _metrics(run_dir):
         return [row for row in csv.DictReader(f) if row.get("rollouts/generated")]
 
 
+@pytest.mark.integration  # an end-to-end fit, 19-56 s on 2 loaded cores: in the end-to-end suite
 def test_tiny_fit_on_a_harvested_file_trains_the_guided_rows_and_resumes(tmp_path):
     summary, _, _ = run_echo_harvest(tmp_path / "harvest")  # 5 original rows + 3 guided ones
     data_yaml = tmp_path / "harvest" / "data.yaml"
