@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
 from lit_rlvr.rollout import GenerationRequest, HFEngine, SamplingConfig
 from lit_rlvr.rollout.packed_linear import PackedLinear, pack_linears, packing_available
+from tests.rollout.test_hf_engine import _lora_tiny
 
 pytestmark = pytest.mark.skipif(
     not packing_available(torch.bfloat16, torch.device("cpu")), reason="this torch has no oneDNN bf16 linear ops"
@@ -41,13 +41,8 @@ def test_pack_linears_replaces_every_linear():
     assert torch.equal(model(x), before)
 
 
-def test_bf16_engine_with_packed_weights_samples_exactly_as_without(tmp_path):
-    model, tok = load_policy(PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4)))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+def test_bf16_engine_with_packed_weights_samples_exactly_as_without():
+    model, tok = _lora_tiny(scale=0.1)
     prompts = [tok.encode(t) for t in ["What is 2 + 2?", "Name a prime number larger than ten, please."]]
     requests = [GenerationRequest(p, 4) for p in prompts]
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=3)
