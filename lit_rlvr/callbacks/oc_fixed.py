@@ -84,12 +84,7 @@ class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[Any]) -> None:
         super().setup_selection(trainer, pl_module, selectors)
-        if getattr(pl_module, "lockstep", False):
-            raise ValueError(
-                "OCGRPOFixed does not run under FSDP2 sharding yet: its weights' forwards run only on the ranks "
-                "that drew guided rows, and a sharded forward is a collective of every rank. Train it with "
-                "trainer.strategy=ddp (tested on 2 ranks), or on one device"
-            )
+        self.refuse_fsdp2(pl_module, "its weights' forwards run only on the ranks that drew guided rows")
         dm = getattr(trainer, "datamodule", None)
         records = getattr(dm, "train_records", None) if dm is not None else None
         if records is None:

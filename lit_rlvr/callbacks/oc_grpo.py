@@ -54,6 +54,15 @@ class GuidedTokenWeights(TokenWeighter):
         if self._step_metrics:
             pl_module.log_metrics(dict(self._step_metrics))
 
+    def refuse_fsdp2(self, pl_module: Optional[SelectionHost], why: str) -> None:
+        """Fail at fit start under FSDP2 (``SelectionHost.lockstep``): ``why`` names the forwards that
+        would run on some ranks only, while a sharded forward is a collective of every rank."""
+        if getattr(pl_module, "lockstep", False):
+            raise ValueError(
+                f"{type(self).__name__} does not run under FSDP2 sharding yet: {why}, and a sharded forward is a "
+                f"collective of every rank. Train it with trainer.strategy=ddp, or on one device"
+            )
+
     @property
     def last_metrics(self) -> dict[str, float]:
         """The ``oc/...`` metrics of the last step (global over ranks), as logged."""
@@ -124,6 +133,11 @@ class OCGRPO(GroupReviser, GuidedTokenWeights):
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[Any]) -> None:
         super().setup_selection(trainer, pl_module, selectors)
+        self.refuse_fsdp2(
+            pl_module,
+            "each rank climbs the guidance cascade for its own all-wrong groups (as many engine calls as its "
+            "groups need) and weighs only the guided rows it kept",
+        )
         dm = getattr(trainer, "datamodule", None)
         records = getattr(dm, "train_records", None) if dm is not None else None
         if records is not None and not any(r.solution for r in records):

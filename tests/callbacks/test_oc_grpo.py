@@ -99,6 +99,14 @@ def test_setup_fails_without_solutions_and_with_two_revisers(tmp_path):
         oc.setup_selection(SimpleNamespace(datamodule=None), None, [oc, OtherReviser()])
 
 
+def test_fsdp2_is_refused_with_what_to_do():
+    # Under FSDP2 every forward is a collective, but each rank climbs the cascade for its own groups.
+    sharded = SimpleNamespace(lockstep=True)  # SelectionHost.lockstep
+    with pytest.raises(ValueError, match="OCGRPO does not run under FSDP2.*cascade.*trainer.strategy=ddp"):
+        OCGRPO().setup_selection(SimpleNamespace(datamodule=None), sharded, [])
+    OCGRPO().setup_selection(SimpleNamespace(datamodule=None), SimpleNamespace(lockstep=False), [])  # DDP: fine
+
+
 # --------------------------------------------------------------------------- prefix cut and guided prompt
 
 
