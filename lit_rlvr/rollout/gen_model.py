@@ -84,7 +84,7 @@ class GenerationModel:
         merge_lora: decode with the adapter merged into a copy's weights.
         dtype: the dtype to decode in (a copy is made when it differs from the policy's).
         pack_weights: give the copy's linear layers pre-packed oneDNN weights (``packed_linear``;
-            bit-identical outputs); only where ``packing_available`` (bfloat16 on CPU), and only
+            bit-identical outputs); only where ``packing_available`` (bfloat16 on a CPU oneDNN can pack for), and only
             when there is a copy.
     """
 

@@ -178,7 +178,8 @@ class HFEngine:
             pre-allocated KV cache) or "generate" (transformers' ``generate``, the earlier path).
         pack_weights: give the decode copy's linear layers pre-packed oneDNN weights
             (``rollout.packed_linear``: bit-identical outputs, faster small-batch steps). None
-            (default): with the compact decoder whenever the copy is bfloat16 on a CPU.
+            (default): with the compact decoder whenever the copy is bfloat16 on a CPU that can pack
+            (``packed_linear.packing_available``; an AVX2-only CPU keeps plain linears).
     """
 
     def __init__(

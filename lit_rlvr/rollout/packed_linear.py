@@ -11,6 +11,7 @@ a buffer of the decode copy only; the training weights are never packed.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import torch
@@ -23,10 +24,25 @@ is where packing pays; full batches gain less (docs/performance.md)."""
 
 
 def packing_available(dtype: torch.dtype, device: torch.device) -> bool:
-    """Pre-packing applies to bfloat16 on a CPU whose torch has the oneDNN linear ops."""
+    """Pre-packing applies to bfloat16 on a CPU whose torch has the oneDNN linear ops and whose
+    instruction set oneDNN's bf16 packing supports (AVX512 BW/VL/DQ or AVX-NE-CONVERT: an AVX2-only
+    CPU raises on the first reorder, so a one-off probe decides)."""
     if dtype != torch.bfloat16 or device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
-    return hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    return _bf16_packing_works()
+
+
+@functools.lru_cache(maxsize=1)
+def _bf16_packing_works() -> bool:
+    """Pack and apply a 2x2 bfloat16 weight once; False where this torch or CPU cannot."""
+    if not (hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        w = torch.ops.mkldnn._reorder_linear_weight(torch.ones(2, 2, dtype=torch.bfloat16), BATCH_HINT)
+        torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2, dtype=torch.bfloat16), w, None, "none", [], "")
+    except RuntimeError:  # e.g. "bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq"
+        return False
+    return True
 
 
 class PackedLinear(torch.nn.Module):

@@ -7,14 +7,16 @@ import torch
 import torch.nn.functional as F
 
 from lit_rlvr.rollout import GenerationRequest, HFEngine, SamplingConfig
+from lit_rlvr.rollout import packed_linear
 from lit_rlvr.rollout.packed_linear import PackedLinear, pack_linears, packing_available
 from tests.rollout.test_hf_engine import _lora_tiny
 
-pytestmark = pytest.mark.skipif(
-    not packing_available(torch.bfloat16, torch.device("cpu")), reason="this torch has no oneDNN bf16 linear ops"
+needs_packing = pytest.mark.skipif(
+    not packing_available(torch.bfloat16, torch.device("cpu")), reason="this torch or CPU has no oneDNN bf16 weight packing (it needs AVX512 BW/VL/DQ or AVX-NE-CONVERT)"
 )
 
 
+@needs_packing
 def test_packed_linear_equals_f_linear_bit_for_bit_and_repacks():
     g = torch.Generator().manual_seed(0)
     w = torch.randn(48, 32, generator=g).bfloat16()
@@ -31,6 +33,7 @@ def test_packed_linear_equals_f_linear_bit_for_bit_and_repacks():
         layer.load_weight(torch.zeros(32, 48))
 
 
+@needs_packing
 def test_pack_linears_replaces_every_linear():
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Sequential(torch.nn.Linear(16, 4, bias=False)))
     model = model.bfloat16().requires_grad_(False)
@@ -41,6 +44,7 @@ def test_pack_linears_replaces_every_linear():
     assert torch.equal(model(x), before)
 
 
+@needs_packing
 def test_bf16_engine_with_packed_weights_samples_exactly_as_without():
     model, tok = _lora_tiny(scale=0.1)
     prompts = [tok.encode(t) for t in ["What is 2 + 2?", "Name a prime number larger than ten, please."]]
@@ -65,3 +69,19 @@ def test_bf16_engine_with_packed_weights_samples_exactly_as_without():
     opt.step()  # the LoRA re-merge re-packs the adapted layers
     same()
     assert packed._gen.refreshes == 2 and packed.generation_model() is copy  # refreshed in place, not rebuilt
+
+
+@pytest.mark.parametrize("can_pack", [False, True])
+def test_bf16_engine_falls_back_to_plain_linears_where_the_cpu_cannot_pack(monkeypatch, can_pack):
+    # oneDNN's bf16 packing raises on an AVX2-only CPU; packing_available probes it once, and the decode copy
+    # then keeps plain nn.Linear layers instead of failing at the first generate.
+    if can_pack and not packed_linear._bf16_packing_works():
+        pytest.skip("this CPU cannot pack bf16 weights")
+    monkeypatch.setattr(packed_linear, "_bf16_packing_works", lambda: can_pack)
+    model, tok = _lora_tiny(scale=0.1)
+    engine = HFEngine(model, tok, generation_dtype="bfloat16")  # pack_weights defaults on with the compact decoder
+    out = engine.generate([GenerationRequest(tok.encode("What is 2 + 2?"), 2)], SamplingConfig(temperature=1.0, max_new_tokens=4, seed=0))
+    assert len(out[0]) == 2 and all(len(c.token_ids) > 0 for c in out[0])
+    kinds = {type(m) for m in engine.generation_model().modules()}
+    assert (PackedLinear in kinds) == can_pack and (torch.nn.Linear in kinds) == (not can_pack)
+    assert next(engine.generation_model().parameters()).dtype == torch.bfloat16
