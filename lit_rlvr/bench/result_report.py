@@ -45,6 +45,7 @@ from lit_rlvr.bench.stats import fmt_target, jsonable, paired_ratios, pm, stat
 __all__ = ["grid_table", "make_results_report", "runs_from_results", "seconds_to_target"]
 
 TRAIN_SECONDS = "bench/train_seconds"
+TOKENS = "cumulative/tokens_generated"
 REFERENCES = ("dynamic_sampling", "grpo")
 
 
@@ -59,6 +60,8 @@ def _frame(result: dict[str, Any]) -> pd.DataFrame:
         row = {"step": e["step"], rep.CUM_GEN: e["rollouts"], TRAIN_SECONDS: e.get("train_seconds")}
         if e.get("rollouts_effective") is not None:
             row[rep.CUM_EFF] = e["rollouts_effective"]
+        if e.get("tokens_generated") is not None:
+            row[TOKENS] = e["tokens_generated"]
         row.update({k: v for k, v in e.items() if "/" in k})
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -76,13 +79,14 @@ def runs_from_results(results: str | Path) -> list[rep.Run]:
     return runs
 
 
-def seconds_to_target(run: rep.Run, target: float, metric: str) -> float:
-    """Training seconds when ``metric`` first reaches ``target`` (linear between evaluations); NaN if never."""
+def seconds_to_target(run: rep.Run, target: float, metric: str, axis: str = TRAIN_SECONDS) -> float:
+    """Training seconds (or another cumulative ``axis``: ``TOKENS``) when ``metric`` first reaches ``target``
+    (linear between evaluations); NaN if never or if the run's file does not record ``axis``."""
     df = run.metrics
-    if metric not in df or TRAIN_SECONDS not in df:
+    if metric not in df or axis not in df:
         return math.nan
-    d = df[[metric, TRAIN_SECONDS]].dropna()
-    return rep.rollouts_to_target(d[TRAIN_SECONDS].to_numpy(float), d[metric].to_numpy(float), target)
+    d = df[[metric, axis]].dropna()
+    return rep.rollouts_to_target(d[axis].to_numpy(float), d[metric].to_numpy(float), target)
 
 
 def grid_table(runs: Sequence[rep.Run], strategies: Sequence[str], seeds: Sequence[int]) -> str:
@@ -108,21 +112,26 @@ def results_table(runs: Sequence[rep.Run], target: float, metric: str, order: Se
     """The benchmark table at one target and the per-strategy numbers behind it."""
     summary = rep.summarize(runs, target, metric, REFERENCES)
     target = summary["target"]
-    per_time, per_var = {}, {}
+    per_time, per_tokens, per_var = {}, {}, {}
     for r in runs:
         per_time.setdefault(r.strategy, {})[r.seed] = seconds_to_target(r, target, metric)
+        per_tokens.setdefault(r.strategy, {})[r.seed] = seconds_to_target(r, target, metric, TOKENS)
         per_var.setdefault(r.strategy, {})[r.seed] = _variance_per_1k(r)
     strategies = summary["strategies"]
     for name, e in strategies.items():
         e["seconds_to_target"] = stat(list(per_time[name].values()))
+        e["tokens_to_target"] = stat([v for v in per_tokens[name].values() if not math.isnan(v)])
         if "grpo" in per_time:
             e["seconds_vs_grpo"] = stat(paired_ratios(per_time[name], per_time["grpo"]))
+            e["tokens_vs_grpo"] = stat(paired_ratios(per_tokens[name], per_tokens["grpo"]))
         e["variance_per_1k"] = stat(list(per_var[name].values()))
+    with_tokens = any(TOKENS in r.metrics for r in runs)  # files written before tokens were recorded have none
     names = [n for n in order if n in strategies] + sorted(
         (n for n in strategies if n not in order),
         key=lambda n: (math.isnan(strategies[n]["rollouts_to_target"]["mean"]), strategies[n]["rollouts_to_target"]["mean"]))
     refs = [r for r in REFERENCES if r in strategies]
     head = ["strategy", "seeds", f"rollouts to ≥ {fmt_target(target)}"] + [f"× {r}" for r in refs]
+    head += ["tokens to target", "× grpo (tokens)"] if with_tokens else []
     head += ["train s to target", "× grpo (time)", "groups with variance / 1k rollouts", "final accuracy"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for n in names:
@@ -133,6 +142,8 @@ def results_table(runs: Sequence[rep.Run], target: float, metric: str, order: Se
         label = f"{n} (limit, hindsight)" if n == summary.get("oracle") else n
         row = [label, str(e["runs"]), reach] + [pm(e.get(f"vs_{r}"), ".2f") for r in refs]
         oracle = n == summary.get("oracle")  # its seconds and groups are Dynamic Sampling's own
+        if with_tokens:
+            row += ["–" if oracle else pm(e["tokens_to_target"], ",.0f", count=True), "–" if oracle else pm(e.get("tokens_vs_grpo"), ".2f")]
         row += ["–" if oracle else pm(e["seconds_to_target"], ".0f"), "–" if oracle else pm(e.get("seconds_vs_grpo"), ".2f"),
                 "–" if oracle else pm(e["variance_per_1k"], ".1f"), pm(e["final_accuracy"], ".3f")]
         lines.append("| " + " | ".join(row) + " |")
@@ -140,7 +151,8 @@ def results_table(runs: Sequence[rep.Run], target: float, metric: str, order: Se
               f"{fmt_target(target)} (linear between evaluations), mean ± std over seeds; × columns are per-seed "
               "ratios on the same seed (lower is better); a run that never reaches the target is left out of its "
               "strategy's mean and counted in '(k/n reached)'. Train seconds: rollout + reward + update up to the "
-              "target, evaluations excluded."]
+              "target, evaluations excluded." + (" Tokens: completion tokens generated up to the target, pruned rollouts' "
+              "partial tokens included ('–' for files written before tokens were recorded)." if with_tokens else "")]
     return "\n".join(lines) + "\n", summary
 
 

@@ -8,7 +8,8 @@ grid can be spread over several sessions and its results committed as they come.
   spacing, policy). A file whose settings differ from the current ones is not a finished run of
   *this* grid: ``run`` stops rather than skip or overwrite it.
 - ``evals``: every ``RolloutEval`` row: step, cumulative rollouts generated (and effective: in groups
-  with reward variance, for the hindsight oracle), training seconds so far
+  with reward variance, for the hindsight oracle; and the tokens generated, in files written since
+  2026-12-02 11:30 UTC), training seconds so far
   (rollout + reward + update of the training steps within those rollouts; evaluation time excluded), and the
   accuracies logged (``train_prompts/pass@1``, ``heldout_prompts/pass@1``).
 - ``groups``: totals over the training steps (groups generated, all-right, all-wrong, rollouts
@@ -29,6 +30,7 @@ TIME_COLUMNS = ("time/rollout_s", "time/reward_s", "time/update_s")
 GROUP_COLUMNS = ("groups/generated", "groups/solve_all", "groups/solve_none", "rollouts/generated")
 CUM_GEN = "cumulative/rollouts_generated"
 CUM_EFF = "cumulative/rollouts_effective"
+CUM_TOKENS = "cumulative/tokens_generated"
 FORMAT = 1
 
 
@@ -80,14 +82,18 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
     # training row (RolloutEval writes straight to the loggers): its training seconds are those of the
     # training rows whose cumulative rollouts are at most its own, not of the rows logged before it.
     cum_gen = df[CUM_GEN].ffill().fillna(0.0).cummax() if CUM_GEN in df else pd.Series(0.0, index=df.index)
-    train_eff = train[[CUM_GEN, CUM_EFF]].dropna().to_numpy(dtype=float) if {CUM_GEN, CUM_EFF} <= set(train) else None
 
-    def effective_at(rollouts: float) -> Optional[float]:
-        """Cumulative effective rollouts of the last training row within ``rollouts`` (0 before any)."""
-        if train_eff is None:
+    def cumulative_at(column: str) -> Optional[Any]:
+        """rollouts -> ``column`` of the last training row within those rollouts (0 before any); None if not logged."""
+        if not {CUM_GEN, column} <= set(train):
             return None
-        within = train_eff[train_eff[:, 0] <= rollouts + 1e-9]
-        return float(within[:, 1].max()) if len(within) else 0.0
+        pairs = train[[CUM_GEN, column]].dropna().to_numpy(dtype=float)  # [steps, 2]
+
+        def at(rollouts: float) -> float:
+            within = pairs[pairs[:, 0] <= rollouts + 1e-9]
+            return float(within[:, 1].max()) if len(within) else 0.0
+        return at
+    effective_at, tokens_at = cumulative_at(CUM_EFF), cumulative_at(CUM_TOKENS)
     times = [c for c in TIME_COLUMNS if c in train]
     train_gen = (train[CUM_GEN] if CUM_GEN in train else cum_gen[train.index]).to_numpy(dtype=float)
     train_time = train[times].fillna(0.0).sum(axis=1).to_numpy(dtype=float) if times else train_gen * 0.0
@@ -101,8 +107,10 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
     for i in df.index[df[present].notna().any(axis=1)] if present else []:
         step = int(df.at[i, "step"])
         row = {"step": step, "rollouts": _num(cum_gen.at[i]), "train_seconds": round(seconds_at(float(cum_gen.at[i])), 3)}
-        if train_eff is not None:
+        if effective_at is not None:
             row["rollouts_effective"] = effective_at(float(cum_gen.at[i]))
+        if tokens_at is not None:
+            row["tokens_generated"] = tokens_at(float(cum_gen.at[i]))
         row.update({m: _num(df.at[i, m]) for m in present})
         evals.append(row)
     groups: dict[str, Any] = {}

@@ -12,7 +12,7 @@ from lit_rlvr.bench.results import write_result
 METRIC = "heldout_prompts/pass@1"
 
 
-def _result(strategy, seed, accs, per_eval=64, seconds_per_eval=10.0, effective=None, variance=50.0):
+def _result(strategy, seed, accs, per_eval=64, seconds_per_eval=10.0, effective=None, variance=50.0, tokens_per_eval=None):
     """A result file's dict: evaluations every ``per_eval`` rollouts with the held-out accuracies ``accs``."""
     evals = []
     for i, a in enumerate(accs):
@@ -20,6 +20,8 @@ def _result(strategy, seed, accs, per_eval=64, seconds_per_eval=10.0, effective=
              "train_prompts/pass@1": a}
         if effective is not None:
             e["rollouts_effective"] = float(i * effective)
+        if tokens_per_eval is not None:
+            e["tokens_generated"] = float(i * tokens_per_eval)
         evals.append(e)
     return {"format": 1, "strategy": strategy, "seed": seed, "settings": {}, "wall_seconds": 1.0, "steps": len(accs) - 1,
             "rollouts_generated": evals[-1]["rollouts"], "evals": evals,
@@ -60,6 +62,25 @@ def test_rollouts_seconds_and_paired_ratios(results, tmp_path):
     for f in ("grid.md", "table.md", "accuracy_vs_rollouts.png", "accuracy_vs_seconds.png", "summary.json"):
         assert (out / f).is_file(), f
     json.loads((out / "summary.json").read_text())
+
+
+def test_tokens_to_target_where_files_record_tokens(tmp_path):
+    d = tmp_path / "results"
+    write_result(d, _result("grpo", 0, [0.1, 0.3, 0.5], tokens_per_eval=600))  # 0.5 at 1,200 tokens
+    write_result(d, _result("arrol", 0, [0.1, 0.5, 0.5], tokens_per_eval=300))  # 0.5 at 300 tokens
+    write_result(d, _result("pods", 0, [0.1, 0.5, 0.5]))  # an older file: no tokens recorded
+    rep = make_results_report(d, tmp_path / "out", targets=[0.5], strategies=["grpo", "arrol", "pods"], seeds=[0])
+    s = rep["summaries"][0]["strategies"]
+    assert s["grpo"]["tokens_to_target"]["mean"] == pytest.approx(1200)
+    assert s["arrol"]["tokens_vs_grpo"]["mean"] == pytest.approx(0.25)
+    assert math.isnan(s["pods"]["tokens_to_target"]["mean"]) and s["pods"]["tokens_vs_grpo"]["n"] == 0
+    table = rep["tables"][0]
+    assert "tokens to target | × grpo (tokens)" in table and "| 1,200 | 1.00 |" in table and "| 300 | 0.25 |" in table
+    assert "| pods | 1 | 64 | 0.50 | – | – |" in table  # rollouts, × grpo, then no tokens
+    # no file records tokens: the columns are left out
+    write_result(tmp_path / "old", _result("grpo", 0, [0.1, 0.5]))
+    old = make_results_report(tmp_path / "old", tmp_path / "out2", targets=[0.5], strategies=["grpo"], seeds=[0])
+    assert "tokens to target" not in old["tables"][0]
 
 
 def test_grid_marks_missing_cells(results):

@@ -35,6 +35,14 @@ def test_summarize_run_reads_evals_groups_and_times():
     assert [e["train_seconds"] for e in res["evals"]] == [0.0, 3.5, 6.0]
 
 
+def test_summarize_run_records_tokens_generated_where_logged():
+    df = _metrics()
+    assert "tokens_generated" not in summarize_run(df, "grpo", 0, SETTINGS, wall_seconds=1.0)["evals"][0]
+    df["cumulative/tokens_generated"] = [math.nan, 100.0, math.nan, 180.0, math.nan]  # on the training rows
+    res = summarize_run(df, "grpo", 0, SETTINGS, wall_seconds=1.0)
+    assert [e["tokens_generated"] for e in res["evals"]] == [0.0, 100.0, 180.0]
+
+
 def test_summarize_run_keeps_per_part_accuracies():
     df = _metrics()
     df["heldout_prompts/pass@1/easy"] = [1.0, math.nan, 0.5, math.nan, 0.75]
