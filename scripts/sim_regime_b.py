@@ -2,6 +2,7 @@
 of strategies with the real grid's (docs/benchmarks.md, "The simulator against regime B").
 
     OMP_NUM_THREADS=1 python scripts/sim_regime_b.py --out docs/results/sim_regime_b
+    OMP_NUM_THREADS=1 python scripts/sim_regime_b.py --out docs/results/sim_regime_b --reuse-fit   # new real cells only
 
 1. Profile: regime B's 48 training prompts in three parts (learn, products, easy), each prompt's
    initial pass rate from the two probes of the untrained model (docs/results/regime_b/probe_seed*.json,
@@ -91,6 +92,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--learn-products", nargs="+", type=float, default=[0.0, 0.25, 0.5, 1.0])
     p.add_argument("--learn-easy", nargs="+", type=float, default=[0.5, 1.0, 2.0])
     p.add_argument("--real-target", type=float, default=0.5, help="the real grid's held-out target (mix)")
+    p.add_argument("--reuse-fit", action="store_true",
+                   help="take the fitted profile and settings from <out>/fit.json and profile.json (step 2 not re-run): "
+                        "to compare with real cells that landed since")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -102,16 +106,21 @@ def main(argv: list[str] | None = None) -> dict:
     real_rates = mean_rates(part_epoch_rates(RESULTS / f"grpo_seed{s}.groups.csv", parts_of_prompt) for s in (0, 1, 2))
     print("real GRPO training pass rate per (part, epoch), seeds 0-2:", {f"{k[0]}@{k[1]}": round(v, 3) for k, v in sorted(real_rates.items())})
 
-    rows = fit_grid(str(out / "profile_probed.json"), base, real_rates, {"eta": args.etas, "prompt_eta": args.prompt_etas},
-                    {"products": args.learn_products, "easy": args.learn_easy}, args.fit_seeds)
-    best = rows[0]
-    fitted = profile.with_learnability(best["learnability"])
-    fitted.to_json(out / "profile.json")
-    cfg = replace(base, eta=best["eta"], prompt_eta=best["prompt_eta"], profile=str(out / "profile.json"))
-    (out / "fit.json").write_text(json.dumps({"real": {f"{k[0]}@{k[1]}": v for k, v in sorted(real_rates.items())},
-                                              "grid": rows, "best": best, "sim_config": asdict(cfg)}, indent=1))
-    print(f"fit: {len(rows)} settings; best eta {best['eta']} prompt_eta {best['prompt_eta']} learnability {best['learnability']} mse {best['mse']:.4f} "
-          f"(next {rows[1]['mse'] if len(rows) > 1 else math.nan:.4f}); {time.perf_counter() - t0:.0f}s")
+    if args.reuse_fit:
+        best = json.loads((out / "fit.json").read_text())["best"]
+        cfg = replace(base, eta=best["eta"], prompt_eta=best["prompt_eta"], profile=str(out / "profile.json"))
+        print(f"fit reused from {out / 'fit.json'}: eta {best['eta']} prompt_eta {best['prompt_eta']} learnability {best['learnability']}")
+    else:
+        rows = fit_grid(str(out / "profile_probed.json"), base, real_rates, {"eta": args.etas, "prompt_eta": args.prompt_etas},
+                        {"products": args.learn_products, "easy": args.learn_easy}, args.fit_seeds)
+        best = rows[0]
+        fitted = profile.with_learnability(best["learnability"])
+        fitted.to_json(out / "profile.json")
+        cfg = replace(base, eta=best["eta"], prompt_eta=best["prompt_eta"], profile=str(out / "profile.json"))
+        (out / "fit.json").write_text(json.dumps({"real": {f"{k[0]}@{k[1]}": v for k, v in sorted(real_rates.items())},
+                                                  "grid": rows, "best": best, "sim_config": asdict(cfg)}, indent=1))
+        print(f"fit: {len(rows)} settings; best eta {best['eta']} prompt_eta {best['prompt_eta']} learnability {best['learnability']} mse {best['mse']:.4f} "
+              f"(next {rows[1]['mse'] if len(rows) > 1 else math.nan:.4f}); {time.perf_counter() - t0:.0f}s")
 
     sim: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
     for name in args.strategies:
