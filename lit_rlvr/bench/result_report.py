@@ -79,14 +79,19 @@ def runs_from_results(results: str | Path) -> list[rep.Run]:
     return runs
 
 
-def seconds_to_target(run: rep.Run, target: float, metric: str, axis: str = TRAIN_SECONDS) -> float:
-    """Training seconds (or another cumulative ``axis``: ``TOKENS``) when ``metric`` first reaches ``target``
+def cumulative_at_target(run: rep.Run, target: float, metric: str, axis: str) -> float:
+    """The cumulative ``axis`` (``TRAIN_SECONDS``, ``TOKENS``) when ``metric`` first reaches ``target``
     (linear between evaluations); NaN if never or if the run's file does not record ``axis``."""
     df = run.metrics
     if metric not in df or axis not in df:
         return math.nan
     d = df[[metric, axis]].dropna()
     return rep.rollouts_to_target(d[axis].to_numpy(float), d[metric].to_numpy(float), target)
+
+
+def seconds_to_target(run: rep.Run, target: float, metric: str) -> float:
+    """Training seconds when ``metric`` first reaches ``target`` (linear between evaluations); NaN if never."""
+    return cumulative_at_target(run, target, metric, TRAIN_SECONDS)
 
 
 def grid_table(runs: Sequence[rep.Run], strategies: Sequence[str], seeds: Sequence[int]) -> str:
@@ -115,12 +120,12 @@ def results_table(runs: Sequence[rep.Run], target: float, metric: str, order: Se
     per_time, per_tokens, per_var = {}, {}, {}
     for r in runs:
         per_time.setdefault(r.strategy, {})[r.seed] = seconds_to_target(r, target, metric)
-        per_tokens.setdefault(r.strategy, {})[r.seed] = seconds_to_target(r, target, metric, TOKENS)
+        per_tokens.setdefault(r.strategy, {})[r.seed] = cumulative_at_target(r, target, metric, TOKENS)
         per_var.setdefault(r.strategy, {})[r.seed] = _variance_per_1k(r)
     strategies = summary["strategies"]
     for name, e in strategies.items():
         e["seconds_to_target"] = stat(list(per_time[name].values()))
-        e["tokens_to_target"] = stat([v for v in per_tokens[name].values() if not math.isnan(v)])
+        e["tokens_to_target"] = stat(list(per_tokens[name].values()))
         if "grpo" in per_time:
             e["seconds_vs_grpo"] = stat(paired_ratios(per_time[name], per_time["grpo"]))
             e["tokens_vs_grpo"] = stat(paired_ratios(per_tokens[name], per_tokens["grpo"]))

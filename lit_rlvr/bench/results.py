@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 EVAL_METRICS = ("train_prompts/pass@1", "heldout_prompts/pass@1")
 TIME_COLUMNS = ("time/rollout_s", "time/reward_s", "time/update_s")
@@ -83,7 +83,7 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
     # training rows whose cumulative rollouts are at most its own, not of the rows logged before it.
     cum_gen = df[CUM_GEN].ffill().fillna(0.0).cummax() if CUM_GEN in df else pd.Series(0.0, index=df.index)
 
-    def cumulative_at(column: str) -> Optional[Any]:
+    def cumulative_at(column: str) -> Optional[Callable[[float], float]]:
         """rollouts -> ``column`` of the last training row within those rollouts (0 before any); None if not logged."""
         if not {CUM_GEN, column} <= set(train):
             return None
