@@ -8,8 +8,8 @@ grid can be spread over several sessions and its results committed as they come.
   spacing, policy). A file whose settings differ from the current ones is not a finished run of
   *this* grid: ``run`` stops rather than skip or overwrite it.
 - ``evals``: every ``RolloutEval`` row: step, cumulative rollouts generated (and effective: in groups
-  with reward variance, for the hindsight oracle; and the tokens generated, in files written since
-  2026-12-02 11:30 UTC), training seconds so far
+  with reward variance, for the hindsight oracle; and the tokens generated, in files written
+  from 2026-12-02 on; older files lack them), training seconds so far
   (rollout + reward + update of the training steps within those rollouts; evaluation time excluded), and the
   accuracies logged (``train_prompts/pass@1``, ``heldout_prompts/pass@1``).
 - ``groups``: totals over the training steps (groups generated, all-right, all-wrong, rollouts
