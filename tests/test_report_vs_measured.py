@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lit_rlvr.group_records import GroupRecord, read_groups
-from lit_rlvr.selection_report import (MIN_REVISITS, STEPS_CAVEAT, SelectionStats, read_selection_records,
+from lit_rlvr.selection_report import (MIN_REVISITS, MEASURED_CAVEAT, SelectionStats, read_selection_records,
                                        selection_stats, verdict)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,9 +57,9 @@ def _stats(before, both, revisits=MIN_REVISITS, right=0.3, wrong=0.2):
 
 def test_a_verdict_that_names_a_family_carries_the_steps_caveat():
     for s in (_stats(20, 20), _stats(20, 10), _stats(19, 19, revisits=MIN_REVISITS - 1)):
-        assert verdict(s).endswith(" " + STEPS_CAVEAT)
+        assert verdict(s).endswith(" " + MEASURED_CAVEAT)
     for s in (_stats(20, 20, right=0.01, wrong=0.02), _stats(20, 20, right=0.0, wrong=0.97)):
-        assert STEPS_CAVEAT not in verdict(s)
+        assert MEASURED_CAVEAT not in verdict(s)
 
 
 def test_the_script_reads_every_verdict_and_scores_by_its_rule():
