@@ -258,7 +258,14 @@ def oracle_ratio(rows: list[Row]) -> Optional[OracleRatio]:
 
 
 def verdict(s: SelectionStats) -> str:
-    """One sentence: which family of methods is likely to help here and which is not, with its numbers."""
+    """One sentence: which family of methods is likely to help here and which is not, with its numbers; one that
+    names a family ends with ``MEASURED_CAVEAT``."""
+    return _no_family(s) or f"{_family(s)} {MEASURED_CAVEAT}"
+
+
+def _no_family(s: SelectionStats) -> Optional[str]:
+    """The verdict when the records name no family (nothing recorded, too little zero variance, too little
+    variance), else None."""
     zv = s.zero_variance
     if s.rollouts == 0:
         return "No groups were recorded, so there is nothing to judge selection on."
@@ -269,21 +276,26 @@ def verdict(s: SelectionStats) -> str:
         return (f"Neither {HISTORY} nor {REFILL} is likely to help: only {1 - zv:.0%} of rollouts had reward variance "
                 f"(under {MIN_VARIANCE_SHARE:.0%}; {s.all_right:.0%} all right, {s.all_wrong:.0%} all wrong), so there "
                 "is almost nothing to select: the prompts suit the policy badly.")
+    return None
+
+
+def _family(s: SelectionStats) -> str:
+    """The verdict that names a family, without its caveat: by persistence, once enough prompts were revisited."""
+    zv = s.zero_variance
     if s.revisits < MIN_REVISITS or s.zero_variance_before == 0:
         why = (f"only {s.revisits} groups revisited a prompt (it needs {MIN_REVISITS}; train longer)"
                if s.revisits < MIN_REVISITS else "no revisit followed a zero-variance visit")
         return (f"{REFILL[0].upper() + REFILL[1:]} is the family to try: {zv:.0%} of rollouts went to zero-variance "
-                f"groups; {HISTORY} cannot be judged from this run: {why}. {MEASURED_CAVEAT}")
+                f"groups; {HISTORY} cannot be judged from this run: {why}.")
     p = s.p_now_given_before
     if p >= PERSISTENCE:
         return (f"{HISTORY[0].upper() + HISTORY[1:]} is likely to help: {zv:.0%} of rollouts went to zero-variance "
                 f"groups and zero variance persists (P(zero-variance now | at the previous visit) = {p:.2f} >= "
                 f"{PERSISTENCE}), with {s.after_zero_variance:.0%} of rollouts on prompts it could have skipped; "
-                f"{REFILL} would still generate those rollouts before discarding them. {MEASURED_CAVEAT}")
+                f"{REFILL} would still generate those rollouts before discarding them.")
     return (f"{REFILL[0].upper() + REFILL[1:]} is likely to help and {HISTORY} is not: {zv:.0%} of rollouts went to "
             f"zero-variance groups, but zero variance is transient (P(zero-variance now | at the previous visit) = "
-            f"{p:.2f} < {PERSISTENCE}), so skipping by history would drop groups that have variance again. "
-            f"{MEASURED_CAVEAT}")
+            f"{p:.2f} < {PERSISTENCE}), so skipping by history would drop groups that have variance again.")
 
 
 def _p(x: float) -> str:

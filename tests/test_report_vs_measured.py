@@ -55,7 +55,7 @@ def _stats(before, both, revisits=MIN_REVISITS, right=0.3, wrong=0.2):
                           revisits=revisits, zero_variance_now=both, zero_variance_before=before, both=both)
 
 
-def test_a_verdict_that_names_a_family_carries_the_steps_caveat():
+def test_a_verdict_that_names_a_family_carries_the_measured_caveat():
     for s in (_stats(20, 20), _stats(20, 10), _stats(19, 19, revisits=MIN_REVISITS - 1)):
         assert verdict(s).endswith(" " + MEASURED_CAVEAT)
     for s in (_stats(20, 20, right=0.01, wrong=0.02), _stats(20, 20, right=0.0, wrong=0.97)):
