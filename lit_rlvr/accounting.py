@@ -148,7 +148,8 @@ def step_log_metrics(
         metrics: this rank's ``rollout_metrics``.
         batch: the step's batch (each reward's mean over its rollouts).
         rollout: the rollout loop's stats (rounds, reward errors and timeouts, seconds).
-        update: the updater's metrics (``Updater.run``): ``seconds`` becomes ``time/update_s``, the rest ``train/<key>``.
+        update: the updater's metrics (``Updater.run``): ``seconds`` becomes ``time/update_s``, a key with a
+            ``/`` (``noise/...``) is logged as it is, the rest as ``train/<key>``.
         lr: the learning rate after the step.
         reward_names: the configured rewards, in order (``reward/<name>``).
         totals: the running totals with this step added (``cumulative/...``).
@@ -164,7 +165,7 @@ def step_log_metrics(
         "time/reward_s": rollout.reward_seconds,
         "time/update_s": update["seconds"],
         "train/lr": lr,
-        **{f"train/{k}": v for k, v in update.items() if k != "seconds"},
+        **{(k if "/" in k else f"train/{k}"): v for k, v in update.items() if k != "seconds"},
         **{f"reward/{name}": mean_or_nan(batch.reward_components.get(name)) for name in reward_names},
         **cumulative_metrics(totals),
         **nonfinite,

@@ -48,6 +48,8 @@ class TrainingTensors:
     """[N, L] float32 log π_old (num_iterations > 1), filled before the update."""
     ref_logprobs: Optional[torch.Tensor] = None
     """[N, L] float32 log π_ref (KL on), filled before the update."""
+    units: Optional[torch.Tensor] = None
+    """[N] int64 each row's prompt group (the noise scale's unit; ``collate_rollouts`` sets it)."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -122,6 +124,7 @@ def collate_rollouts(batch: RolloutBatch, rows: torch.Tensor, pad_id: int, mask_
                 tensors.token_weights[i, : len(c)] = batch.token_weights[r][: len(c)]
     if batch.advantages is not None:
         tensors.advantages = batch.advantages[rows].float()
+    tensors.units = batch.prompt_index[rows].long()
     return tensors
 
 

@@ -35,7 +35,7 @@ from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.preemption import abandonable
 from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rewards.sandbox_settings import RewardSandbox
-from lit_rlvr.settings import EvalSettings, LossSettings, OptimizerSettings, RolloutSettings
+from lit_rlvr.settings import EvalSettings, LossSettings, NoiseScaleSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.rollout.revise import revise
 from lit_rlvr.sharding import ShardingSettings, in_lockstep
 from lit_rlvr.types import PromptPool, RolloutBatch, RolloutStats, StepContext
@@ -72,6 +72,8 @@ class GRPOModule(PolicyModule):
         sharding: FSDP2 options (mixed precision, CPU offload), used under ModelParallelStrategy.
         reward_sandbox: one memory budget (``memory_mb``), ``workers``, passed environment variables and
             readable paths for all reward workers of the run (docs/security.md).
+        noise_scale: the gradient noise scale (critical batch) measured in every update and logged as
+            ``noise/...`` (docs/noise_scale.md); ``enabled: false`` turns it off.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class GRPOModule(PolicyModule):
         max_failed_reward_steps: int = 3,
         sharding: ShardingSettings = ShardingSettings(),
         reward_sandbox: RewardSandbox = RewardSandbox(),
+        noise_scale: NoiseScaleSettings = NoiseScaleSettings(),
     ) -> None:
         super().__init__(
             policy=policy, rollout=rollout, optimizer=optimizer, evaluation=evaluation, rewards=rewards,
@@ -105,7 +108,9 @@ class GRPOModule(PolicyModule):
         self.nonfinite = NonFiniteGuard(max_nonfinite_steps)
         self.reward_failures = RewardFailureGuard(max_failed_reward_steps)
         self._default_allocator = FixedGroupAllocator()
-        self.updater = Updater(self, loss=loss, rollout=rollout, optimizer=optimizer, nonfinite=self.nonfinite)
+        self.updater = Updater(
+            self, loss=loss, rollout=rollout, optimizer=optimizer, nonfinite=self.nonfinite, noise_scale=noise_scale
+        )
         """Stage 7; the simulator and benchmarks substitute their own (anything with ``run(batch) -> metrics``)."""
 
     # ------------------------------------------------------------------ set-up
@@ -276,6 +281,9 @@ class GRPOModule(PolicyModule):
             steps_done=self.steps_done, totals=self.totals.state_dict(), nonfinite=self.nonfinite.state_dict(),
             reward_failures=self.reward_failures.state_dict(),
         )
+        noise = getattr(self.updater, "noise", None)  # a benchmark's substitute updater has none
+        if noise is not None:
+            checkpoint["lit_rlvr"]["noise_scale"] = noise.tracker.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
@@ -284,3 +292,6 @@ class GRPOModule(PolicyModule):
         self.totals.load_state_dict(state.get("totals", {}))
         self.nonfinite.load_state_dict(state.get("nonfinite", {}))
         self.reward_failures.load_state_dict(state.get("reward_failures", {}))
+        noise = getattr(self.updater, "noise", None)
+        if noise is not None:
+            noise.tracker.load_state_dict(state.get("noise_scale", {}))

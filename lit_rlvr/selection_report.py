@@ -148,11 +148,21 @@ class SelectionStats:
     """Revisits that were zero-variance at the previous visit."""
     both: int = 0
     """Revisits zero-variance now and at the previous visit."""
+    zero_variance_groups: int = 0
+    """Groups (all visits) with zero variance."""
     epochs: list[EpochShares] = field(default_factory=list)
 
     @property
     def zero_variance(self) -> float:
         return self.all_right + self.all_wrong
+
+    @property
+    def history_share(self) -> float:
+        """The informative share of groups left if every prompt zero-variance at its previous visit were skipped
+        (and the budget spent on the others at this mix): f' of history-based skipping (``lit_rlvr.levers``)."""
+        kept = self.groups - self.zero_variance_before
+        informative_skipped = self.zero_variance_before - self.both
+        return (self.groups - self.zero_variance_groups - informative_skipped) / kept if kept > 0 else math.nan
 
     @property
     def p_before_given_now(self) -> float:
@@ -172,6 +182,7 @@ def selection_stats(records: Sequence[GroupRecord]) -> SelectionStats:
     last: dict[int, bool] = {}  # prompt id -> zero-variance at its latest visit
     for r in sorted(records, key=lambda r: r.step):
         zv, prev = zero_variance(r), last.get(r.prompt_id)
+        out.zero_variance_groups += zv
         e = epochs.setdefault(r.epoch, [0, 0, 0, 0, 0])
         e[0] += r.n
         e[1] += 1
@@ -322,7 +333,11 @@ def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
         return []
     from lit_rlvr.console import show_path
 
-    return summary_lines(selection_stats(read_groups(path)), oracle_ratio(rows) if rows else None, show_path(path.parent))
+    from lit_rlvr.levers import lever_lines, run_noise
+
+    stats = selection_stats(read_groups(path))
+    lines = summary_lines(stats, oracle_ratio(rows) if rows else None, show_path(path.parent))
+    return lines + lever_lines(run_noise(rows) if rows else None, stats.history_share)
 
 
 # ------------------------------------------------------------------ the page and the plot

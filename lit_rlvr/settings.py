@@ -94,6 +94,21 @@ class LossSettings:
 
 
 @dataclass
+class NoiseScaleSettings:
+    """The gradient noise scale, measured in every update from per-group gradients (docs/noise_scale.md)."""
+
+    enabled: bool = True
+    """Measure it (hooks read the update's activations and gradients; the training gradient is unchanged).
+    Skipped, with one warning, under FSDP2 and with gradient checkpointing."""
+    ema: float = 0.9
+    """β of the bias-corrected moving averages of tr Σ and |G|² (about a 10-step memory)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.ema < 1.0:
+            raise ValueError(f"model.noise_scale.ema must be in [0, 1), got {self.ema}")
+
+
+@dataclass
 class OptimizerSettings:
     """AdamW with linear warm-up then constant learning rate."""
 

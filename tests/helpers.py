@@ -154,3 +154,10 @@ class KillMidShardWrite(_pl.Callback):
             return result
 
         fs._write_item = write_then_die
+
+
+def mostly_mixed_reward(completion: str, answer: str, metadata: dict) -> float:
+    """A quarter of the prompts always right (zero variance); the rest scored by completion-length parity (mostly mixed)."""
+    if sum(map(ord, metadata.get("question", answer))) % 4 == 0:
+        return 1.0
+    return float(len(completion) % 2 == 0)

@@ -68,6 +68,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.runs": 5,
     "lit_rlvr.config_checks": 5,
     "lit_rlvr.selection_report": 5,
+    "lit_rlvr.levers": 5,
     "lit_rlvr.summary": 5,
     "lit_rlvr.arrol_vote": 5,
     "lit_rlvr.oc_fixed": 5,

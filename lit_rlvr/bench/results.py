@@ -120,6 +120,11 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
         mixed = groups["groups_generated"] - groups["groups_solve_all"] - groups["groups_solve_none"]
         gen = groups["rollouts_generated"]
         groups["with_variance_per_1k_rollouts"] = 1000.0 * mixed / gen if gen > 0 else None
+    noise_columns = [c for c in train if str(c).startswith("noise/") and not str(c).startswith("noise/B_simple")]
+    noise = []  # the gradient noise scale's per-step counts and raw estimates (lit_rlvr.update.noise_scale)
+    if "noise/units_all" in train:
+        for _, r in train[["step", *noise_columns]].dropna(subset=["noise/units_all"]).iterrows():
+            noise.append({"step": int(r["step"]), **{c: _num(r[c]) for c in noise_columns}})
     return {
         "format": FORMAT,
         "strategy": strategy,
@@ -130,6 +135,7 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
         "rollouts_generated": _num(cum_gen.max()) if len(cum_gen) else None,
         "evals": evals,
         "groups": groups,
+        **({"noise": noise} if noise else {}),
     }
 
 

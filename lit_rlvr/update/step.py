@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, ContextManager, Protocol
+from typing import Any, Callable, ContextManager, Optional, Protocol
 
 import torch
 
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
 from lit_rlvr.guards import NonFiniteGuard
 from lit_rlvr.losses import Normalizer, aggregate, clipped_surrogate, k3_kl, loss_sequences
-from lit_rlvr.settings import LossSettings, OptimizerSettings, RolloutSettings
+from lit_rlvr.settings import LossSettings, NoiseScaleSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.sharding import in_lockstep, is_sharded, max_over_ranks, no_gradient_sync
 from lit_rlvr.types import RolloutBatch
+from lit_rlvr.update.noise_meter import NoiseScaleMeter
 from lit_rlvr.update.plan import plan_update
 from lit_rlvr.update.prefix import shared_prompt_logprobs
 
@@ -65,6 +66,7 @@ class Updater:
         rollout: the completion cap (Dr.GRPO's L_max), the sampling temperature, ``mask_truncated``.
         optimizer: ``max_grad_norm``.
         nonfinite: the module's guard, which skips and counts non-finite optimizer steps.
+        noise_scale: the gradient noise scale's settings (``noise_meter``; its tracker is checkpointed by the module).
     """
 
     def __init__(
@@ -75,12 +77,14 @@ class Updater:
         rollout: RolloutSettings,
         optimizer: OptimizerSettings,
         nonfinite: NonFiniteGuard,
+        noise_scale: NoiseScaleSettings = NoiseScaleSettings(),
     ) -> None:
         self.host = host
         self.loss = loss
         self.rollout = rollout
         self.optimizer = optimizer
         self.nonfinite = nonfinite
+        self.noise = NoiseScaleMeter(noise_scale)
 
     def run(self, batch: RolloutBatch) -> dict[str, float]:
         """num_iterations optimizer steps over the kept rollouts, micro-batched; their mean loss terms and counts."""
@@ -104,10 +108,15 @@ class Updater:
         sched = host.lr_schedulers()
         totals = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0}
         self.nonfinite.begin_step()
+        measure = self.noise.begin(host.policy, tensors, self._reduce)  # hooks only read: the gradient is unchanged
         for _ in range(s.num_iterations):
             iteration_loss = 0.0
+            if measure:
+                self.noise.begin_step()
             for i, mb in enumerate(micro):
                 sync = i == len(micro) - 1  # all-reduce gradients once, on the last micro-batch
+                if measure:
+                    self.noise.before_forwards(mb, s.share_prompt_prefix)
                 with self._maybe_no_sync(sync):
                     loss, parts = self.micro_batch_loss(mb, normalizer)
                     host.manual_backward(loss * host.trainer.world_size)  # DDP averages; totals are global sums
@@ -120,13 +129,24 @@ class Updater:
             if self.optimizer.max_grad_norm is not None:
                 host.clip_gradients(opt, gradient_clip_val=self.optimizer.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
+            if measure:  # after the step: Adam's v̂ as this step used it
+                self.noise.record_step(opt, float(host.trainer.world_size), self._reduce)
             opt.zero_grad(set_to_none=True)
             sched.step()
+        noise = self.noise.end() if measure else {}
         totals = {k: v / s.num_iterations for k, v in totals.items()}
         totals["seconds"] = time.perf_counter() - t0
         totals["rows_skipped"] = float(plan.rows_skipped)
         totals["tokens_in_update"] = float(plan.tokens_in_update)
-        return totals
+        return {**totals, **noise}
+
+    @property
+    def _reduce(self) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+        """Sum a tensor over ranks (None in one process)."""
+        trainer = self.host.trainer
+        if trainer.world_size <= 1:
+            return None
+        return lambda t: trainer.strategy.reduce(t, reduce_op="sum")
 
     @property
     def _loss_reads_every_row(self) -> bool:

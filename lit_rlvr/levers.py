@@ -1,0 +1,168 @@
+"""What each lever would save, predicted from the run's own gradient noise scale (the critical-batch model).
+
+McCandlish, Kaplan and Amodei (arXiv 1812.06162): the optimizer steps S and the examples E to reach a
+target trade off as S = S_min (1 + B_noise/B) and E = E_min (1 + B/B_noise). Here B counts
+informative groups per step (only they carry gradient), B_noise is the measured simple noise
+scale in informative-group units (``lit_rlvr.update.noise_scale``), x = B / B_noise, and f is the
+informative share of the groups trained on. At a fixed target, rollouts are proportional to the
+groups generated, E / f. As multiples of this run's rollouts to its final accuracy:
+
+- GRPO at 1/k of the prompt batch (same f):                   (1 + x/k) / (1 + x)
+- refilling every step to B informative groups (f → 1 in the
+  gradient, 1/f generated per informative group kept; Dynamic Sampling, GRESO's fill): (1 + x/f) / (1 + x)
+- pre-selection at this run's rollout budget raising f to f'
+  (the batch now holds f'/f times the informative groups):    (f/f') (1 + x f'/f) / (1 + x)
+
+f' for pre-selection is what skipping every prompt that was zero-variance at its previous visit
+would leave (from the run's groups.csv; ``history_f``), and 1 (a perfect selector) as a bound.
+The interval of each prediction comes from the noise scale's 95% interval (jackknife over steps);
+the model's own error is not in it: the benchmarks check it (docs/noise_scale.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from lit_rlvr.update.noise_scale import run_noise_scale
+
+__all__ = ["LeverPrediction", "RunNoise", "lever_lines", "lever_predictions", "lever_verdict", "run_noise", "smaller_batch",
+           "refill", "preselect"]
+
+Z95 = 1.96
+
+
+def smaller_batch(x: float, k: float) -> float:
+    """Rollouts at 1/k of the prompt batch, as a multiple of this run's."""
+    return (1 + x / k) / (1 + x)
+
+
+def refill(x: float, f: float) -> float:
+    """Rollouts when every step is refilled to B informative groups (≥ 1)."""
+    return (1 + x / f) / (1 + x)
+
+
+def preselect(x: float, f: float, f_new: float) -> float:
+    """Rollouts at this run's budget when pre-selection raises the informative share from f to ``f_new``."""
+    return (f / f_new) * (1 + x * f_new / f) / (1 + x)
+
+
+@dataclass
+class RunNoise:
+    """The run's noise-scale numbers: B_noise (informative groups) with its error, B, f, x."""
+
+    b_noise: float
+    b_noise_se: float
+    informative_per_step: float
+    share: float
+    steps: int
+    b_noise_all: float = math.nan
+    b_noise_adam: float = math.nan
+
+    @property
+    def x(self) -> float:
+        return self.informative_per_step / self.b_noise if self.b_noise > 0 else math.nan
+
+    def x_range(self) -> tuple[float, float]:
+        """x at the upper and the lower end of B_noise's 95% interval."""
+        hi_b = self.b_noise + Z95 * self.b_noise_se if math.isfinite(self.b_noise_se) else self.b_noise
+        lo_b = self.b_noise - Z95 * self.b_noise_se if math.isfinite(self.b_noise_se) else self.b_noise
+        lo_x = self.informative_per_step / hi_b
+        hi_x = self.informative_per_step / lo_b if lo_b > 0 else math.inf
+        return lo_x, hi_x
+
+
+def run_noise(rows: Sequence[dict[str, float]]) -> Optional[RunNoise]:
+    """The run's ``RunNoise`` from its metrics rows (``noise/g2_*``, ``noise/trace_*`` per step); None without them."""
+    history = [{k[len("noise/"):]: float(v) for k, v in r.items() if k.startswith("noise/")}
+               for r in rows if "noise/units_all" in r and math.isfinite(float(r["noise/units_all"]))]
+    if not history:
+        return None
+    b, se = run_noise_scale(history, "informative")
+    steps = [h for h in history if math.isfinite(h.get("g2_informative", math.nan))]
+    inf = sum(h["units_informative"] for h in history)
+    groups = sum(h["units_all"] for h in history)
+    return RunNoise(
+        b_noise=b, b_noise_se=se, informative_per_step=inf / len(history), share=inf / groups if groups else math.nan,
+        steps=len(steps), b_noise_all=run_noise_scale(history, "all")[0],
+        b_noise_adam=run_noise_scale(history, "informative_adam")[0],
+    )
+
+
+@dataclass
+class LeverPrediction:
+    """One lever's predicted rollouts to this run's final accuracy, × this run's, with a 95% interval."""
+
+    lever: str
+    ratio: float
+    low: float
+    high: float
+
+    @property
+    def call(self) -> str:
+        """'pays', 'does not pay' or 'undecided' (the interval straddles 1.0)."""
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            return "undecided"
+        if self.high < 1.0:
+            return "pays"
+        if self.low > 1.0:
+            return "does not pay"
+        return "undecided"
+
+    def describe(self) -> str:
+        return f"{self.lever} {self.ratio:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+
+
+def lever_predictions(noise: RunNoise, history_f: Optional[float] = None) -> list[LeverPrediction]:
+    """Each lever's prediction (GRPO at B/2 and B/4, refill, pre-selection by history and perfect)."""
+    x, f = noise.x, noise.share
+    lo_x, hi_x = noise.x_range()
+    out: list[LeverPrediction] = []
+
+    def add(name: str, fn) -> None:
+        ends = sorted(fn(v) for v in (lo_x, hi_x) if math.isfinite(v))
+        if math.isinf(hi_x):
+            ends.append(fn(1e12))
+            ends.sort()
+        out.append(LeverPrediction(name, fn(x), ends[0] if ends else math.nan, ends[-1] if ends else math.nan))
+
+    add("GRPO at half the prompt batch", lambda v: smaller_batch(v, 2))
+    add("GRPO at a quarter of the prompt batch", lambda v: smaller_batch(v, 4))
+    if f < 1.0:
+        add("refill to B informative groups", lambda v: refill(v, f))
+        if history_f is not None and math.isfinite(history_f) and history_f > f:
+            add(f"history-based skipping (f {f:.2f} -> {history_f:.2f})", lambda v: preselect(v, f, history_f))
+        add(f"perfect pre-selection (f {f:.2f} -> 1)", lambda v: preselect(v, f, 1.0))
+    return out
+
+
+def lever_verdict(preds: Sequence[LeverPrediction]) -> str:
+    """Names the lever with the best prediction among those predicted to pay, or says none is / it is undecided."""
+    paying = [p for p in preds if p.call == "pays"]
+    if paying:
+        best = min(paying, key=lambda p: p.ratio)
+        return f"{best.lever} is predicted to pay most: {best.ratio:.2f}x this run's rollouts [{best.low:.2f}-{best.high:.2f}]."
+    undecided = [p for p in preds if p.call == "undecided"]
+    if undecided:
+        names = ", ".join(p.lever for p in undecided)
+        return f"Undecided: the noise scale's interval puts {names} on both sides of 1.0; no lever is predicted to pay for sure."
+    return "No lever is predicted to pay: every one would need more rollouts than this run to reach its accuracy."
+
+
+def lever_lines(noise: Optional[RunNoise], history_f: Optional[float] = None) -> list[str]:
+    """The end-of-fit summary's lines on the critical batch and the levers (none without noise-scale metrics)."""
+    if noise is None:
+        return []
+    if not math.isfinite(noise.b_noise):
+        return [f"  critical batch        not measured: under 2 steps with 2+ informative groups, or the gradient signal "
+                f"|G|^2 summed to <= 0 over {noise.steps} steps (noise dominates: far below the critical batch)"]
+    se = f" +- {noise.b_noise_se:.1f}" if math.isfinite(noise.b_noise_se) else ""
+    preds = lever_predictions(noise, history_f)
+    return [
+        f"  critical batch        B_noise {noise.b_noise:.1f}{se} informative groups ({noise.b_noise_all:.1f} in all groups, "
+        f"{noise.b_noise_adam:.1f} Adam-preconditioned) over {noise.steps} steps; this run trained on "
+        f"{noise.informative_per_step:.1f} informative groups per step (f = {noise.share:.2f}): x = {noise.x:.2f}",
+        "  levers (predicted)    " + "; ".join(p.describe() for p in preds),
+        f"  lever verdict         {lever_verdict(preds)}",
+    ]

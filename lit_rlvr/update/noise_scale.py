@@ -1,0 +1,322 @@
+"""The gradient noise scale of every optimizer step, measured from per-group gradients.
+
+McCandlish, Kaplan and Amodei ("An Empirical Model of Large-Batch Training", arXiv 1812.06162):
+with true gradient G and per-unit gradient covariance Σ, the simple noise scale
+B_simple = tr(Σ) / |G|² is the batch (in units) at which a step's gradient noise equals its
+signal. The unit here is a whole prompt group: its rollouts share a baseline and are not
+independent samples.
+
+How the per-unit gradients are obtained. The appendix estimator needs K micro-batch gradients
+g_i of b units each. lit-rlvr records the exact gradient of every group (b = 1) without
+changing the training gradient's arithmetic: forward hooks on the trainable ``nn.Linear``
+modules (LoRA's A and B, or every linear layer in full fine-tuning) keep each module's input
+x [n, S, in]; a hook on its output receives the output's gradient e [n, S, out] during the
+ordinary backward; the group's weight gradient is Σ_{t ∈ group} e_t x_tᵀ over its rows'
+positions. Rows never attend across each other, so this partition of the module's weight
+gradient is exact, and the training gradient is the same tensors summed in the same order
+as without the estimate (the hooks only read). Embeddings, norms and an output layer tied to
+the embedding, if trainable, are not in the estimate (with LoRA nothing else trains).
+
+Per step, with h_j group j's gradient of the training loss and K_all the step's kept groups,
+the unit gradient is u_j = K_all · h_j (a group's loss scaled to the mean group's share of
+the normaliser; zero for a zero-variance group, exactly). Over a set of K units,
+m = mean_j |u_j|² and q = |mean_j u_j|² give the unbiased estimates (Appendix A.1 with b = 1)
+
+    |G|² ≈ (K·q − m) / (K − 1)          tr Σ ≈ K·(m − q) / (K − 1)
+
+computed twice: over the informative groups (K = K_inf, the groups with a gradient) and over
+all kept groups (K = K_all, zero-gradient groups included). A step with fewer than two units
+in a set contributes nothing to that set. The Adam-preconditioned variant weights every
+coordinate by 1/(√v̂ + ε), v̂ the bias-corrected second moment this optimizer step used.
+
+Smoothing: the numerator and the denominator are averaged separately (exponential moving
+averages with β = ``NoiseScaleSettings.ema``, bias-corrected), and the noise scale is their
+ratio, never an average of per-step ratios (a per-step |G|² can be near zero or negative).
+For the whole run, the ratio of the sums over steps, with a delete-one-step jackknife error.
+
+Shapes: n rows of a forward, S positions, in/out a module's feature sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+__all__ = [
+    "GroupGradients", "NoiseScaleTracker", "StepMoments", "biased_noise_scale", "unbiased_estimates",
+    "unit_estimates", "run_noise_scale",
+]
+
+
+def unbiased_estimates(m: float, q: float, K: int, b: int = 1) -> tuple[float, float]:
+    """(|G|², tr Σ) from K micro-batch gradients of b units each (McCandlish et al., Appendix A.1).
+
+    m: mean over micro-batches of |g_i|² (g_i the micro-batch's mean unit gradient);
+    q: |mean_i g_i|², the squared norm of the full batch's mean gradient. Needs K ≥ 2.
+    """
+    if K < 2:
+        raise ValueError(f"the noise-scale estimate needs at least 2 micro-batches, got {K}")
+    return (K * q - m) / (K - 1), K * b * (m - q) / (K - 1)
+
+
+def biased_noise_scale(m: float, q: float, b: int = 1) -> float:
+    """The shortcut b·(m/q − 1): |mean g_i|² stands in for |G|², which it overestimates by tr Σ/(K·b),
+    so the noise scale comes out low. Kept to show the bias (tests), never reported."""
+    return b * (m / q - 1.0)
+
+
+@dataclass
+class StepMoments:
+    """One optimizer step's sums over the per-group gradients h_j (every rank's groups)."""
+
+    units_all: int
+    """K_all: kept groups of the step."""
+    units_informative: int
+    """K_inf: kept groups whose gradient is not zero."""
+    sum_sq: float
+    """Σ_j |h_j|²."""
+    sq_sum: float
+    """|Σ_j h_j|²: the step's training gradient (the recorded modules' part), squared."""
+    sum_sq_adam: float = math.nan
+    """Σ_j |h_j / (√v̂ + ε)|² (NaN without Adam state)."""
+    sq_sum_adam: float = math.nan
+    """|Σ_j h_j / (√v̂ + ε)|²."""
+
+
+def unit_estimates(step: StepMoments, K: int, adam: bool = False) -> Optional[tuple[float, float]]:
+    """(|G|², tr Σ) over K units of u_j = K_all · h_j (the step's other kept groups have u = 0); None if K < 2."""
+    if K < 2:
+        return None
+    sum_sq, sq_sum = (step.sum_sq_adam, step.sq_sum_adam) if adam else (step.sum_sq, step.sq_sum)
+    if not (math.isfinite(sum_sq) and math.isfinite(sq_sum)):
+        return None
+    scale = float(step.units_all) ** 2
+    m = scale * sum_sq / K  # mean_j |u_j|²
+    q = scale * sq_sum / K**2  # |mean_j u_j|²
+    return unbiased_estimates(m, q, K)
+
+
+SETS = {"informative": lambda s: s.units_informative, "all": lambda s: s.units_all}
+"""The two unit sets the noise scale is reported in: informative groups, and every kept group."""
+
+
+@dataclass
+class _Ema:
+    """A bias-corrected exponential moving average."""
+
+    beta: float
+    value: float = 0.0
+    count: int = 0
+
+    def update(self, x: float) -> None:
+        self.value = self.beta * self.value + (1.0 - self.beta) * x
+        self.count += 1
+
+    def get(self) -> float:
+        return self.value / (1.0 - self.beta**self.count) if self.count else math.nan
+
+
+@dataclass
+class NoiseScaleTracker:
+    """Per-step moments in, smoothed noise scales out; the per-step estimates kept for the run's own total.
+
+    Args:
+        beta: the moving averages' decay (``NoiseScaleSettings.ema``).
+    """
+
+    beta: float = 0.9
+    history: list[dict[str, float]] = field(default_factory=list)
+    """One row per optimizer step with an estimate: K_inf, K_all and (|G|², tr Σ) per set and preconditioning."""
+
+    def update(self, step: StepMoments) -> dict[str, float]:
+        """Record one optimizer step; the metrics to log (smoothed B_simple per set, f, x)."""
+        row: dict[str, float] = {"units_informative": float(step.units_informative), "units_all": float(step.units_all)}
+        for name, count in SETS.items():
+            for adam in (False, True):
+                est = unit_estimates(step, count(step), adam)
+                key = f"{name}{'_adam' if adam else ''}"
+                row[f"g2_{key}"], row[f"trace_{key}"] = est if est is not None else (math.nan, math.nan)
+        self.history.append(row)
+        return self.metrics()
+
+    def smoothed(self, key: str) -> float:
+        """B_simple from bias-corrected moving averages of tr Σ and |G|² (steps without an estimate skipped)."""
+        num, den = _Ema(self.beta), _Ema(self.beta)
+        for row in self.history:
+            g2, tr = row[f"g2_{key}"], row[f"trace_{key}"]
+            if math.isfinite(g2) and math.isfinite(tr):
+                num.update(tr)
+                den.update(g2)
+        n, d = num.get(), den.get()
+        return n / d if d > 0 and math.isfinite(n) else math.nan
+
+    def metrics(self) -> dict[str, float]:
+        if not self.history:
+            return {}
+        last = self.history[-1]
+        out = {f"noise/B_simple_{key}": self.smoothed(key) for key in ("informative", "all", "informative_adam", "all_adam")}
+        share = last["units_informative"] / last["units_all"] if last["units_all"] else math.nan
+        b = out["noise/B_simple_informative"]
+        out["noise/informative_share"] = share  # f
+        out["noise/x"] = last["units_informative"] / b if b > 0 else math.nan  # informative groups per step / B_noise
+        out.update({f"noise/{k}": v for k, v in last.items()})  # this step's counts and raw (|G|², tr Σ) estimates
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"beta": self.beta, "history": [dict(r) for r in self.history]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.beta = float(state.get("beta", self.beta))
+        self.history = [dict(r) for r in state.get("history", [])]
+
+
+def run_noise_scale(history: Sequence[dict[str, float]], key: str = "informative") -> tuple[float, float]:
+    """(B_simple, its jackknife standard error) over a run: Σ_t tr Σ_t / Σ_t |G|²_t, delete-one-step jackknife.
+
+    NaN when fewer than two steps had an estimate or the summed |G|² is not positive (noise dominates).
+    """
+    pairs = [(r[f"trace_{key}"], r[f"g2_{key}"]) for r in history]
+    pairs = [(t, g) for t, g in pairs if math.isfinite(t) and math.isfinite(g)]
+    if len(pairs) < 2:
+        return math.nan, math.nan
+    T, D = sum(t for t, _ in pairs), sum(g for _, g in pairs)
+    if D <= 0:
+        return math.nan, math.nan
+    n = len(pairs)
+    leave = [(T - t) / (D - g) if D - g > 0 else math.nan for t, g in pairs]
+    if not all(math.isfinite(v) for v in leave):
+        return T / D, math.nan
+    mean = sum(leave) / n
+    se = math.sqrt((n - 1) / n * sum((v - mean) ** 2 for v in leave))
+    return T / D, se
+
+
+class GroupGradients:
+    """Per-group gradients of the trainable ``nn.Linear`` modules, recorded by hooks during the ordinary backward.
+
+    Use: ``attach(model)`` once per update; before each forward with gradient, ``expect(units)``
+    with that forward's [n] group id per batch row (the hooks pop one map per top-level forward);
+    after the iteration's backward passes, ``moments(...)``; ``detach()`` at the end. The hooks
+    read activations and gradients and never change them.
+    """
+
+    def __init__(self) -> None:
+        self._handles: list[Any] = []
+        self._queue: list[torch.Tensor] = []
+        self._current: Optional[torch.Tensor] = None
+        self.params: list[torch.nn.Parameter] = []
+        self.grads: dict[int, dict[int, torch.Tensor]] = {}
+        """group id -> {parameter index: its gradient from this group's rows}."""
+
+    @staticmethod
+    def modules_of(model: torch.nn.Module) -> list[torch.nn.Linear]:
+        """The linear layers whose weight trains (LoRA's A and B under peft), less any tied to an embedding
+        (an output layer sharing the input embedding's weight: its gradient has a lookup part no hook sees)."""
+        embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+        return [
+            m for m in model.modules()
+            if isinstance(m, torch.nn.Linear) and m.weight.requires_grad and id(m.weight) not in embedded
+        ]
+
+    def attach(self, model: torch.nn.Module) -> "GroupGradients":
+        self.detach()
+        self._handles.append(model.register_forward_pre_hook(self._next_forward))
+        for module in self.modules_of(model):
+            w = len(self.params)
+            self.params.append(module.weight)
+            bias = None
+            if module.bias is not None and module.bias.requires_grad:
+                bias = len(self.params)
+                self.params.append(module.bias)
+            self._handles.append(module.register_forward_hook(self._forward_hook(w, bias)))
+        return self
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles, self.params, self.grads, self._queue, self._current = [], [], {}, [], None
+
+    def expect(self, units: Sequence[torch.Tensor]) -> None:
+        """The group id of each batch row ([n] int64), one tensor per coming forward with gradient."""
+        self._queue.extend(units)
+
+    def reset(self) -> None:
+        """Forget the recorded gradients (a new optimizer step)."""
+        self.grads = {}
+
+    def _next_forward(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.is_grad_enabled():
+            self._current = self._queue.pop(0) if self._queue else None
+
+    def _forward_hook(self, w: int, bias: Optional[int]) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            units = self._current
+            if units is None or not torch.is_grad_enabled() or not output.requires_grad:
+                return
+            x = inputs[0].detach()  # [n, S, in]: autograd saves it for the weight gradient anyway
+            output.register_hook(lambda e: self._accumulate(units, x, e, w, bias))
+
+        return hook
+
+    def _accumulate(self, units: torch.Tensor, x: torch.Tensor, e: torch.Tensor, w: int, bias: Optional[int]) -> None:
+        units = units.to(x.device)
+        for u in torch.unique(units).tolist():
+            rows = torch.nonzero(units == u).flatten()
+            eu = e[rows].reshape(-1, e.shape[-1]).float()  # [T, out]
+            xu = x[rows].reshape(-1, x.shape[-1]).float()  # [T, in]
+            per = self.grads.setdefault(int(u), {})
+            gw = eu.T @ xu  # [out, in]: Σ_t e_t x_tᵀ over the group's positions
+            per[w] = per[w] + gw if w in per else gw
+            if bias is not None:
+                gb = eu.sum(dim=0)  # [out]
+                per[bias] = per[bias] + gb if bias in per else gb
+
+    def moments(
+        self, units_all: int, units_informative: int, scale: float = 1.0, adam_denominators: Optional[list[Optional[torch.Tensor]]] = None,
+        reduce: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    ) -> StepMoments:
+        """The step's sums over its groups' gradients (each divided by ``scale``: the loss's multiplier).
+
+        ``adam_denominators``: per recorded parameter √v̂ + ε (None: no preconditioned sums).
+        ``reduce``: sums a tensor over ranks (None: one process); K_all and K_inf are already global.
+        """
+        device = self.params[0].device if self.params else torch.device("cpu")
+        total = [torch.zeros(p.shape, device=device, dtype=torch.float32) for p in self.params]
+        sums = torch.zeros(2, dtype=torch.float64, device=device)  # Σ|h|², Σ|h/(√v̂+ε)|²
+        for per in self.grads.values():
+            for i, g in per.items():
+                g = g / scale
+                total[i] += g
+                sums[0] += float(g.double().pow(2).sum())
+                if adam_denominators is not None and adam_denominators[i] is not None:
+                    sums[1] += float((g.double() / adam_denominators[i]).pow(2).sum())
+        flat = torch.cat([t.flatten() for t in total]) if total else torch.zeros(0, device=device)
+        if reduce is not None:
+            flat, sums = reduce(flat), reduce(sums)
+        sq_sum = float(flat.double().pow(2).sum())
+        sq_sum_adam = math.nan
+        if adam_denominators is not None and all(d is not None for d in adam_denominators):
+            den = torch.cat([d.flatten() for d in adam_denominators]) if adam_denominators else flat
+            sq_sum_adam = float((flat.double() / den).pow(2).sum())
+        else:
+            sums[1] = math.nan
+        return StepMoments(int(units_all), int(units_informative), float(sums[0]), sq_sum, float(sums[1]), sq_sum_adam)
+
+
+def adam_denominators(optimizer: Any, params: Sequence[torch.nn.Parameter]) -> Optional[list[Optional[torch.Tensor]]]:
+    """Per parameter √v̂ + ε that Adam(W) divided its last step by (v̂ = exp_avg_sq / (1 − β₂^step)); None if not Adam."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's LightningOptimizer wraps it
+    groups = {id(p): g for g in inner.param_groups for p in g["params"]}
+    out: list[Optional[torch.Tensor]] = []
+    for p in params:
+        state, group = inner.state.get(p, {}), groups.get(id(p))
+        if "exp_avg_sq" not in state or group is None or "betas" not in group:
+            return None
+        step = float(state["step"])
+        beta2, eps = group["betas"][1], group["eps"]
+        v_hat = state["exp_avg_sq"].double() / (1.0 - beta2**step)
+        out.append(v_hat.sqrt() + eps)
+    return out
