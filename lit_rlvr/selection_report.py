@@ -326,18 +326,18 @@ def summary_lines(s: SelectionStats, oracle: Optional[OracleRatio], where: Optio
 
 
 def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
-    """``summary_lines`` for a finished fit, from its ``GroupRecorder``'s file (none: no lines)."""
-    recorder = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, GroupRecorder)), None)
-    path = recorder.resolve_path(trainer) if recorder is not None else None
-    if path is None or not path.is_file():
-        return []
+    """``summary_lines`` for a finished fit, from its ``GroupRecorder``'s file, then the critical batch and the
+    levers (``lit_rlvr.levers``) from its metrics."""
     from lit_rlvr.console import show_path
-
     from lit_rlvr.levers import lever_lines, run_noise
 
+    recorder = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, GroupRecorder)), None)
+    path = recorder.resolve_path(trainer) if recorder is not None else None
+    noise = run_noise(rows) if rows else None
+    if path is None or not path.is_file():
+        return lever_lines(noise)
     stats = selection_stats(read_groups(path))
-    lines = summary_lines(stats, oracle_ratio(rows) if rows else None, show_path(path.parent))
-    return lines + lever_lines(run_noise(rows) if rows else None, stats.history_share)
+    return summary_lines(stats, oracle_ratio(rows) if rows else None, show_path(path.parent)) + lever_lines(noise, stats.history_share)
 
 
 # ------------------------------------------------------------------ the page and the plot
@@ -385,7 +385,8 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
         "with reward variance): an oracle that never generated zero-variance groups makes the same updates, since "
         "those groups have zero advantage, up to the loss normaliser (their rows count in a token-mean's "
         "denominator) and the KL term.", "",
-        "## Verdict", "", verdict(s), "",
+        *_lever_section(rows, s),
+        "## Shares-based verdict (context)", "", verdict(s), "",
         f"Thresholds (lit_rlvr.selection_report): MIN_ZERO_VARIANCE_SHARE = {MIN_ZERO_VARIANCE_SHARE}, "
         f"MIN_VARIANCE_SHARE = {MIN_VARIANCE_SHARE}, PERSISTENCE = {PERSISTENCE}, MIN_REVISITS = {MIN_REVISITS}.", "",
         f"![shares per epoch and accuracy against rollouts]({REPORT_PNG})", "",
@@ -393,6 +394,29 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     md = folder / REPORT_MD
     md.write_text("\n".join(lines), encoding="utf-8")
     return md, png
+
+
+def _lever_section(rows: list[Row], s: SelectionStats) -> list[str]:
+    """The page's section on the critical batch and each lever's predicted saving (``lit_rlvr.levers``)."""
+    from lit_rlvr.levers import lever_predictions, lever_verdict, run_noise
+
+    noise = run_noise(rows)
+    head = ["## Which lever pays: the critical-batch model", ""]
+    if noise is None:
+        return head + ["n/a: this run's metrics have no noise-scale columns (model.noise_scale.enabled was off).", ""]
+    if not math.isfinite(noise.b_noise):
+        return head + [f"Not measured: the gradient signal |G|^2 did not sum above 0 over {noise.steps} steps with 2+ "
+                       "informative groups (noise dominates: the batch is far below the critical batch).", ""]
+    preds = lever_predictions(noise, s.history_share)
+    lines = head + [
+        f"B_noise = {noise.b_noise:.2f} +- {noise.b_noise_se:.2f} informative groups (jackknife over {noise.steps} steps; "
+        f"{noise.b_noise_all:.2f} in all groups; {noise.b_noise_adam:.2f} Adam-preconditioned). This run trained on "
+        f"{noise.informative_per_step:.2f} informative groups per step, f = {noise.share:.3f}: x = {noise.x:.3f}.", "",
+        "| lever | predicted rollouts to this run's accuracy, x this run's | 95% interval | call |", "|---|---:|---:|---|",
+    ]
+    lines += [f"| {p.lever} | {p.ratio:.2f} | {p.low:.2f}-{p.high:.2f} | {p.call} |" for p in preds]
+    return lines + ["", f"**Verdict.** {lever_verdict(preds)}", "",
+                    "Formulas and what the interval leaves out: docs/noise_scale.md in the lit-rlvr repository.", ""]
 
 
 def _plot(s: SelectionStats, rows: list[Row], out: Path) -> Path:
@@ -442,7 +466,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="lit-rlvr report",
         description="Write selection_report.md and selection_report.png into a run's version folder: where its "
-        "rollouts went, whether zero variance persisted across visits, and which selection family would pay.",
+        "rollouts went, whether zero variance persisted across visits, the critical batch and what each lever "
+        "(a smaller batch, refill, pre-selection) is predicted to save.",
     )
     parser.add_argument("run", help="a run folder (runs/tiny), its CSVLogger folder or a version_N folder")
     parser.add_argument("--version", type=int, default=None, help="report version_N (default: the latest)")
@@ -452,4 +477,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"lit-rlvr report: {e}") from None
     print(f"wrote {md}\nwrote {png}")
-    print(verdict(selection_stats(read_groups(md.parent / FILE_NAME))))
+    from lit_rlvr.levers import lever_lines, run_noise
+
+    stats = selection_stats(read_groups(md.parent / FILE_NAME))
+    print("\n".join(lever_lines(run_noise(read_run(md.parent / "metrics.csv")), stats.history_share)))
+    print(f"  shares (context)      {verdict(stats)}")

@@ -1,0 +1,59 @@
+"""Lever predictions from the critical-batch model (lit_rlvr.levers): formulas worked by hand, the verdict's calls."""
+
+import math
+
+import pytest
+
+from lit_rlvr.levers import LeverPrediction, RunNoise, lever_lines, lever_predictions, lever_verdict, preselect, refill, run_noise, smaller_batch
+
+
+def test_the_formulas_by_hand():
+    # x = 1.08 (the value the regime B half-batch result implies): (1 + 0.54) / 2.08 = 0.7404
+    assert smaller_batch(1.08, 2) == pytest.approx(1.54 / 2.08)
+    # refill with f = 0.33: (1 + 1.08/0.33) / 2.08 = (1 + 3.2727) / 2.08 = 2.054
+    assert refill(1.08, 0.33) == pytest.approx(4.27273 / 2.08, rel=1e-5)
+    # pre-selection 0.33 -> 0.48: (0.33/0.48)(1 + 1.08·0.48/0.33)/2.08 = 0.6875 · 2.5709 / 2.08 = 0.8498
+    assert preselect(1.08, 0.33, 0.48) == pytest.approx(0.6875 * (1 + 1.08 * 0.48 / 0.33) / 2.08)
+    assert refill(0.0, 0.5) == 1.0 and smaller_batch(0.0, 4) == 1.0  # far below the critical batch: no change
+    assert preselect(1e9, 0.5, 1.0) == pytest.approx(1.0)  # far above it: more informative groups per step buy nothing
+
+
+def _noise(b=10.0, se=1.0, per_step=5.0, share=0.4):
+    return RunNoise(b_noise=b, b_noise_se=se, informative_per_step=per_step, share=share, steps=20)
+
+
+def test_predictions_carry_the_noise_scale_interval():
+    preds = {p.lever.split(" (")[0]: p for p in lever_predictions(_noise(), history_f=0.6)}
+    half = preds["GRPO at half the prompt batch"]
+    x = 0.5
+    assert half.ratio == pytest.approx((1 + x / 2) / (1 + x))
+    lo_x, hi_x = 5 / (10 + 1.96), 5 / (10 - 1.96)
+    assert half.low == pytest.approx(smaller_batch(hi_x, 2)) and half.high == pytest.approx(smaller_batch(lo_x, 2))
+    assert preds["refill to B informative groups"].low >= 1.0
+    assert "history-based skipping" in preds and "perfect pre-selection" in preds
+
+
+def test_the_verdict_names_the_best_paying_lever_or_says_undecided():
+    pays = [LeverPrediction("a", 0.9, 0.85, 0.95), LeverPrediction("b", 0.8, 0.7, 0.9), LeverPrediction("c", 1.2, 1.1, 1.3)]
+    assert lever_verdict(pays).startswith("b is predicted to pay most: 0.80x")
+    assert lever_verdict([LeverPrediction("a", 0.95, 0.8, 1.1), LeverPrediction("c", 1.2, 1.1, 1.3)]).startswith("Undecided")
+    assert lever_verdict([LeverPrediction("c", 1.2, 1.1, 1.3)]).startswith("No lever is predicted to pay")
+    assert LeverPrediction("a", 0.9, math.nan, math.nan).call == "undecided"
+
+
+def test_run_noise_from_metrics_rows_and_the_summary_lines():
+    rows = []
+    for step, (tr, g2) in enumerate([(40.0, 2.0), (60.0, 3.0), (50.0, 2.5)]):
+        rows.append({"step": step, "noise/units_all": 8.0, "noise/units_informative": 4.0, "noise/g2_informative": g2,
+                     "noise/trace_informative": tr, "noise/g2_all": g2, "noise/trace_all": 2 * tr,
+                     "noise/g2_informative_adam": g2, "noise/trace_informative_adam": tr})
+    rows.append({"step": 3, "val/pass@1": 0.5})  # an evaluation row has no noise columns
+    noise = run_noise(rows)
+    assert noise.b_noise == pytest.approx(150 / 7.5) and noise.share == 0.5 and noise.informative_per_step == 4.0
+    assert noise.x == pytest.approx(4.0 / 20.0)
+    lines = lever_lines(noise, history_f=0.7)
+    assert lines[0].startswith("  critical batch        B_noise 20.0") and "x = 0.20" in lines[0]
+    assert "GRPO at half the prompt batch" in lines[1] and lines[2].startswith("  lever verdict")
+    assert run_noise([{"step": 0, "val/pass@1": 0.1}]) is None and lever_lines(None) == []
+    unmeasured = lever_lines(run_noise(rows[:1]))
+    assert len(unmeasured) == 1 and "not measured" in unmeasured[0]
