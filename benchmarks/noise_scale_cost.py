@@ -2,8 +2,9 @@
 
     OMP_NUM_THREADS=1 python benchmarks/noise_scale_cost.py --steps 6 --rounds 2 --out docs/results/noise_scale_cost.json
 
-Runs the quick-start's first ``--steps`` steps (no evaluation) in this process, alternating the
-estimate on and off (on, off, off, on, ...). The estimate does not change the training arithmetic, so
+Runs the quick-start's first ``--steps`` steps (no evaluation) in this process: one warm-up run
+(discarded: the first fit of a process pays one-time costs), then the estimate on and off alternating
+(on, off, off, on, ...). The estimate does not change the training arithmetic, so
 step k of every run trains on the same rollouts: the update seconds of step k pair exactly. Prints
 the ratio on/off of the summed update seconds and of the whole step (rollout + reward + update), and
 checks that every other logged column is identical between the runs.
@@ -56,6 +57,7 @@ def main(argv=None) -> None:
     for r in range(args.rounds):
         order += [True, False] if r % 2 == 0 else [False, True]
     load_before = os.getloadavg()
+    one_run(root / "warmup", args.steps, False)
     for i, enabled in enumerate(order):
         runs[enabled].append(one_run(root / f"run{i}_{'on' if enabled else 'off'}", args.steps, enabled))
     load_after = os.getloadavg()

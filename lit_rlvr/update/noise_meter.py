@@ -16,7 +16,8 @@ import torch
 from lit_rlvr.collate import TrainingTensors
 from lit_rlvr.settings import NoiseScaleSettings
 from lit_rlvr.sharding import is_sharded
-from lit_rlvr.update.noise_scale import GroupGradients, NoiseScaleTracker, adam_denominators
+from lit_rlvr.update.group_gradients import GroupGradients
+from lit_rlvr.update.noise_scale import NoiseScaleTracker, adam_denominators
 from lit_rlvr.update.plan import carries_gradient
 from lit_rlvr.update.prefix import prompt_groups
 
@@ -81,11 +82,9 @@ class NoiseScaleMeter:
 
     def begin_step(self) -> None:
         self.recorder.reset()
-        self.recorder._queue.clear()
 
     def record_step(self, optimizer: Any, loss_scale: float, reduce: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> None:
         """After the optimizer step: this step's moments (Adam's v̂ as just used) into the tracker."""
-        self.recorder.grads.pop(NO_GROUP, None)
         moments = self.recorder.moments(
             self._units[0], self._units[1], scale=loss_scale,
             adam_denominators=adam_denominators(optimizer, self.recorder.params), reduce=reduce,

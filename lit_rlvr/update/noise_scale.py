@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
 __all__ = [
-    "GroupGradients", "NoiseScaleTracker", "StepMoments", "biased_noise_scale", "unbiased_estimates",
+    "NoiseScaleTracker", "StepMoments", "biased_noise_scale", "unbiased_estimates",
     "unit_estimates", "run_noise_scale",
 ]
 
@@ -192,118 +192,6 @@ def run_noise_scale(history: Sequence[dict[str, float]], key: str = "informative
     mean = sum(leave) / n
     se = math.sqrt((n - 1) / n * sum((v - mean) ** 2 for v in leave))
     return T / D, se
-
-
-class GroupGradients:
-    """Per-group gradients of the trainable ``nn.Linear`` modules, recorded by hooks during the ordinary backward.
-
-    Use: ``attach(model)`` once per update; before each forward with gradient, ``expect(units)``
-    with that forward's [n] group id per batch row (the hooks pop one map per top-level forward);
-    after the iteration's backward passes, ``moments(...)``; ``detach()`` at the end. The hooks
-    read activations and gradients and never change them.
-    """
-
-    def __init__(self) -> None:
-        self._handles: list[Any] = []
-        self._queue: list[torch.Tensor] = []
-        self._current: Optional[torch.Tensor] = None
-        self.params: list[torch.nn.Parameter] = []
-        self.grads: dict[int, dict[int, torch.Tensor]] = {}
-        """group id -> {parameter index: its gradient from this group's rows}."""
-
-    @staticmethod
-    def modules_of(model: torch.nn.Module) -> list[torch.nn.Linear]:
-        """The linear layers whose weight trains (LoRA's A and B under peft), less any tied to an embedding
-        (an output layer sharing the input embedding's weight: its gradient has a lookup part no hook sees)."""
-        embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-        return [
-            m for m in model.modules()
-            if isinstance(m, torch.nn.Linear) and m.weight.requires_grad and id(m.weight) not in embedded
-        ]
-
-    def attach(self, model: torch.nn.Module) -> "GroupGradients":
-        self.detach()
-        self._handles.append(model.register_forward_pre_hook(self._next_forward))
-        for module in self.modules_of(model):
-            w = len(self.params)
-            self.params.append(module.weight)
-            bias = None
-            if module.bias is not None and module.bias.requires_grad:
-                bias = len(self.params)
-                self.params.append(module.bias)
-            self._handles.append(module.register_forward_hook(self._forward_hook(w, bias)))
-        return self
-
-    def detach(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles, self.params, self.grads, self._queue, self._current = [], [], {}, [], None
-
-    def expect(self, units: Sequence[torch.Tensor]) -> None:
-        """The group id of each batch row ([n] int64), one tensor per coming forward with gradient."""
-        self._queue.extend(units)
-
-    def reset(self) -> None:
-        """Forget the recorded gradients (a new optimizer step)."""
-        self.grads = {}
-
-    def _next_forward(self, module: torch.nn.Module, args: Any) -> None:
-        if torch.is_grad_enabled():
-            self._current = self._queue.pop(0) if self._queue else None
-
-    def _forward_hook(self, w: int, bias: Optional[int]) -> Callable[..., None]:
-        def hook(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-            units = self._current
-            if units is None or not torch.is_grad_enabled() or not output.requires_grad:
-                return
-            x = inputs[0].detach()  # [n, S, in]: autograd saves it for the weight gradient anyway
-            output.register_hook(lambda e: self._accumulate(units, x, e, w, bias))
-
-        return hook
-
-    def _accumulate(self, units: torch.Tensor, x: torch.Tensor, e: torch.Tensor, w: int, bias: Optional[int]) -> None:
-        units = units.to(x.device)
-        for u in torch.unique(units).tolist():
-            rows = torch.nonzero(units == u).flatten()
-            eu = e[rows].reshape(-1, e.shape[-1]).float()  # [T, out]
-            xu = x[rows].reshape(-1, x.shape[-1]).float()  # [T, in]
-            per = self.grads.setdefault(int(u), {})
-            gw = eu.T @ xu  # [out, in]: Σ_t e_t x_tᵀ over the group's positions
-            per[w] = per[w] + gw if w in per else gw
-            if bias is not None:
-                gb = eu.sum(dim=0)  # [out]
-                per[bias] = per[bias] + gb if bias in per else gb
-
-    def moments(
-        self, units_all: int, units_informative: int, scale: float = 1.0, adam_denominators: Optional[list[Optional[torch.Tensor]]] = None,
-        reduce: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-    ) -> StepMoments:
-        """The step's sums over its groups' gradients (each divided by ``scale``: the loss's multiplier).
-
-        ``adam_denominators``: per recorded parameter √v̂ + ε (None: no preconditioned sums).
-        ``reduce``: sums a tensor over ranks (None: one process); K_all and K_inf are already global.
-        """
-        device = self.params[0].device if self.params else torch.device("cpu")
-        total = [torch.zeros(p.shape, device=device, dtype=torch.float32) for p in self.params]
-        sums = torch.zeros(2, dtype=torch.float64, device=device)  # Σ|h|², Σ|h/(√v̂+ε)|²
-        for per in self.grads.values():
-            for i, g in per.items():
-                g = g / scale
-                total[i] += g
-                sums[0] += float(g.double().pow(2).sum())
-                if adam_denominators is not None and adam_denominators[i] is not None:
-                    sums[1] += float((g.double() / adam_denominators[i]).pow(2).sum())
-        flat = torch.cat([t.flatten() for t in total]) if total else torch.zeros(0, device=device)
-        if reduce is not None:
-            flat, sums = reduce(flat), reduce(sums)
-        sq_sum = float(flat.double().pow(2).sum())
-        sq_sum_adam = math.nan
-        if adam_denominators is not None and all(d is not None for d in adam_denominators):
-            den = torch.cat([d.flatten() for d in adam_denominators]) if adam_denominators else flat
-            sq_sum_adam = float((flat.double() / den).pow(2).sum())
-        else:
-            sums[1] = math.nan
-        return StepMoments(int(units_all), int(units_informative), float(sums[0]), sq_sum, float(sums[1]), sq_sum_adam)
 
 
 def adam_denominators(optimizer: Any, params: Sequence[torch.nn.Parameter]) -> Optional[list[Optional[torch.Tensor]]]:

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from lit_rlvr.collate import policy_logprobs
+from lit_rlvr.update.group_gradients import GroupGradients
 from lit_rlvr.update.noise_scale import (
-    GroupGradients, NoiseScaleTracker, StepMoments, biased_noise_scale, run_noise_scale, unbiased_estimates,
+    NoiseScaleTracker, StepMoments, biased_noise_scale, run_noise_scale, unbiased_estimates,
     unit_estimates,
 )
 
@@ -176,7 +177,7 @@ def test_a_group_without_gradient_is_not_recorded_and_changes_nothing():
     for g in rec.grads[9].values():
         assert float(g.abs().max()) == 0.0
     with_zero = rec.moments(units_all=2, units_informative=1)
-    rec.grads.pop(9)
+    rec.drop(9)
     without = rec.moments(units_all=2, units_informative=1)
     assert with_zero.sum_sq == without.sum_sq and with_zero.sq_sum == without.sq_sum
     rec.detach()
