@@ -5,6 +5,8 @@ import os
 import pytest
 import torch
 
+pytest_plugins = ["tests.duration_guard"]  # a unit test past its CPU limit fails (tests/duration_guard.py)
+
 if "OMP_NUM_THREADS" not in os.environ:  # respect an explicit setting (shared machines: 1 avoids spin-wait stalls)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
