@@ -27,7 +27,7 @@ from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
 from lit_rlvr.group_records import read_groups  # noqa: E402
 from lit_rlvr.levers import preselect, refill, smaller_batch  # noqa: E402
 from lit_rlvr.selection_report import zero_variance  # noqa: E402
-from lit_rlvr.update.noise_scale import run_noise_scale  # noqa: E402
+from lit_rlvr.update.noise_scale import ADAM_WARMUP_STEPS, run_noise_scale  # noqa: E402
 
 METRIC = "heldout_prompts/pass@1"
 REFILL = ("dynamic_sampling", "greso")
@@ -47,12 +47,13 @@ def pooled_noise(noise_dir: Path) -> dict:
     steps, per_seed = [], {}
     for path in sorted(noise_dir.glob("grpo_seed*.json")):
         res = json.loads(path.read_text())
-        rows = [{k[len("noise/"):]: v for k, v in r.items() if k.startswith("noise/")} for r in res.get("noise", [])]
+        rows = [{"step": r["step"], **{k[len("noise/"):]: v for k, v in r.items() if k.startswith("noise/")}}
+                for r in res.get("noise", [])]
         rows = [{k: (math.nan if v is None else v) for k, v in r.items()} for r in rows]
         steps += rows
         per_seed[res["seed"]] = run_noise_scale(rows)[0]
     b, se = run_noise_scale(steps)
-    b_adam = run_noise_scale(steps, "informative_adam")[0]
+    b_adam = run_noise_scale([r for r in steps if r["step"] >= ADAM_WARMUP_STEPS], "informative_adam")[0]
     b_all = run_noise_scale(steps, "all")[0]
     inf = sum(r["units_informative"] for r in steps)
     groups = sum(r["units_all"] for r in steps)
@@ -123,7 +124,7 @@ def main(argv=None) -> None:
     lines = [f"GRPO re-run with the noise scale ({args.noise}):"] + [f"- {s}" for s in reproduces(args.grid, args.noise)]
     lines += ["", f"B_noise (informative groups, pooled over {noise['steps']} steps) = {noise['b_noise']:.2f} ± "
               f"{noise['b_noise_se']:.2f} (jackknife); per seed {', '.join(f'{v:.2f}' for v in noise['per_seed'].values())}; "
-              f"all groups {noise['b_noise_all']:.2f}; Adam-preconditioned {noise['b_noise_adam']:.2f}. "
+              f"all groups {noise['b_noise_all']:.2f}; Adam-preconditioned (steps from AdamW's {ADAM_WARMUP_STEPS}th) {noise['b_noise_adam']:.2f}. "
               f"Informative groups per step {noise['informative_per_step']:.2f}, f = {noise['f']:.3f}, x = {noise['x']:.3f}.", ""]
     rows = []
     for target in args.targets:

@@ -27,7 +27,8 @@ m = mean_j |u_j|² and q = |mean_j u_j|² give the unbiased estimates (Appendix 
 computed twice: over the informative groups (K = K_inf, the groups with a gradient) and over
 all kept groups (K = K_all, zero-gradient groups included). A step with fewer than two units
 in a set contributes nothing to that set. The Adam-preconditioned variant weights every
-coordinate by 1/(√v̂ + ε), v̂ the bias-corrected second moment this optimizer step used.
+coordinate by 1/(√v̂ + ε), v̂ the bias-corrected second moment this optimizer step used, from
+AdamW's 10th step on (``ADAM_WARMUP_STEPS``).
 
 Smoothing: the numerator and the denominator are averaged separately (exponential moving
 averages with β = ``NoiseScaleSettings.ema``, bias-corrected), and the noise scale is their
@@ -194,8 +195,15 @@ def run_noise_scale(history: Sequence[dict[str, float]], key: str = "informative
     return T / D, se
 
 
+ADAM_WARMUP_STEPS = 10
+"""The Adam-preconditioned estimate starts at AdamW's 10th step: before it v̂ rests on a handful of gradients
+(at the first step v̂ = g², so 1/(√v̂ + ε) is 1/|g| per coordinate) and coordinates that happened to be near
+zero get weights up to 1/ε, which swamp the sums (seen in regime B: |G|² of -1e10 at step 0)."""
+
+
 def adam_denominators(optimizer: Any, params: Sequence[torch.nn.Parameter]) -> Optional[list[Optional[torch.Tensor]]]:
-    """Per parameter √v̂ + ε that Adam(W) divided its last step by (v̂ = exp_avg_sq / (1 − β₂^step)); None if not Adam."""
+    """Per parameter √v̂ + ε that Adam(W) divided its last step by (v̂ = exp_avg_sq / (1 − β₂^step)); None if not
+    Adam, or before its ``ADAM_WARMUP_STEPS``-th step."""
     inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's LightningOptimizer wraps it
     groups = {id(p): g for g in inner.param_groups for p in g["params"]}
     out: list[Optional[torch.Tensor]] = []
@@ -204,6 +212,8 @@ def adam_denominators(optimizer: Any, params: Sequence[torch.nn.Parameter]) -> O
         if "exp_avg_sq" not in state or group is None or "betas" not in group:
             return None
         step = float(state["step"])
+        if step < ADAM_WARMUP_STEPS:
+            return None
         beta2, eps = group["betas"][1], group["eps"]
         v_hat = state["exp_avg_sq"].double() / (1.0 - beta2**step)
         out.append(v_hat.sqrt() + eps)
