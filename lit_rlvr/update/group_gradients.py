@@ -36,9 +36,13 @@ class _ForwardPlan:
         for k, r in enumerate(rows):
             self.index[k, : len(r)] = r
         self.slots = torch.tensor([slot_of(u) for u in ids], dtype=torch.long)  # [U]
+        # the common layouts, a view with no copy: every row in order, groups of equal size one after another
+        self.contiguous = len(ids) * width == n and bool((self.index.flatten() == torch.arange(n)).all())
 
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """[n, S, d] -> [U, R·S, d]: each group's positions, zero rows where a group has fewer than R."""
+        if self.contiguous:
+            return t.reshape(len(self.slots), -1, t.shape[-1])
         padded = torch.cat([t, t.new_zeros((1, *t.shape[1:]))])  # [n+1, S, d]
         g = padded[self.index.to(t.device)]  # [U, R, S, d]
         return g.reshape(g.shape[0], -1, t.shape[-1])
@@ -165,11 +169,11 @@ class GroupGradients:
             if acc is None:
                 totals.append(torch.zeros(p.numel(), dtype=torch.float64, device=device))
                 continue
-            g = acc.double() / scale  # [K, *shape]
-            sums[0] += g.pow(2).sum()
+            g = acc / scale  # [K, *shape] float32; squares summed in float64
+            sums[0] += g.pow(2).sum(dtype=torch.float64)
             if adam:
-                sums[1] += (g / adam_denominators[i]).pow(2).sum()
-            totals.append(g.sum(dim=0).flatten())
+                sums[1] += (g / adam_denominators[i]).pow(2).sum(dtype=torch.float64)
+            totals.append(g.sum(dim=0, dtype=torch.float64).flatten())
         flat = torch.cat(totals) if totals else torch.zeros(0, dtype=torch.float64, device=device)  # Σ_j h_j
         if reduce is not None:
             flat, sums = reduce(flat), reduce(sums)

@@ -215,6 +215,6 @@ def adam_denominators(optimizer: Any, params: Sequence[torch.nn.Parameter]) -> O
         if step < ADAM_WARMUP_STEPS:
             return None
         beta2, eps = group["betas"][1], group["eps"]
-        v_hat = state["exp_avg_sq"].double() / (1.0 - beta2**step)
-        out.append(v_hat.sqrt() + eps)
+        v_hat = state["exp_avg_sq"] / (1.0 - beta2**step)
+        out.append(v_hat.sqrt().add_(eps))
     return out

@@ -126,13 +126,18 @@ def _ragged_groups(module):
     return t
 
 
-@pytest.mark.parametrize("lora", [False, True])
-@pytest.mark.parametrize("shared", [False, True])
-def test_group_gradients_add_up_to_the_training_gradient_and_leave_it_bit_identical(lora, shared):
+@pytest.mark.parametrize("lora,shared,units", [
+    (False, False, None), (False, True, None), (True, False, None), (True, True, None),
+    (True, False, [9, 7, 7, 9, 7, 9]),  # rows of a group not side by side: the gathered (copying) path
+    (True, False, [7, 7, 7, 7, 9, -1]),  # unequal groups (padded) and a placeholder row (-1, not recorded)
+])
+def test_group_gradients_add_up_to_the_training_gradient_and_leave_it_bit_identical(lora, shared, units):
     from lit_rlvr.update.prefix import prompt_groups, shared_prompt_logprobs
 
     module = _tiny_module(lora)
     t = _ragged_groups(module)
+    if units is not None:
+        t.units = torch.tensor(units)
     weights = torch.randn(t.completion_ids.shape, generator=torch.Generator().manual_seed(1)) * t.completion_mask
     fn = shared_prompt_logprobs if shared else policy_logprobs
 
@@ -152,6 +157,10 @@ def test_group_gradients_add_up_to_the_training_gradient_and_leave_it_bit_identi
     for k in plain:  # the hooks only read: the same bits
         assert torch.equal(plain[k], hooked[k])
     assert sorted(rec.grads) == [7, 9]
+    placeholder = t.units < 0
+    if placeholder.any():  # the placeholder row's own gradient is left out: compare against the others' only
+        module.policy.zero_grad(set_to_none=True)
+        (fn(module.policy, t) * weights * (~placeholder).float()[:, None]).sum().backward()
     for i, p in enumerate(rec.params):
         total = rec.grads[7][i] + rec.grads[9][i]
         torch.testing.assert_close(total, p.grad, rtol=1e-4, atol=1e-6)
