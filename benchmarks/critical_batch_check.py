@@ -36,10 +36,16 @@ HALF = {"grpo+b4": 2}
 NOT_MODELLED = ("vigor", "sara", "sara_dps", "pods", "arrol", "oc_grpo")
 
 
-def informative_share(groups_csv: Path) -> float:
-    """f: the share of a cell's recorded groups with reward variance."""
-    records = read_groups(groups_csv)
-    return sum(not zero_variance(r) for r in records) / len(records) if records else math.nan
+def informative_share(result_json: Path) -> float:
+    """f: the share of a cell's groups with reward variance (its ``.groups.csv``; older cells without one: the
+    group counts in its result file, generated groups less those all right or all wrong)."""
+    groups_csv = result_json.with_suffix(".groups.csv")
+    if groups_csv.is_file():
+        records = read_groups(groups_csv)
+        return sum(not zero_variance(r) for r in records) / len(records) if records else math.nan
+    g = json.loads(result_json.read_text()).get("groups", {})
+    n = g.get("groups_generated") or 0
+    return (n - g["groups_solve_all"] - g["groups_solve_none"]) / n if n else math.nan
 
 
 def pooled_noise(noise_dir: Path) -> dict:
@@ -73,10 +79,13 @@ def reproduces(grid: Path, noise: Path) -> list[str]:
             continue
         a, b = json.loads(path.read_text()), json.loads(old.read_text())
         same_acc = [e.get(METRIC) for e in a["evals"]] == [e.get(METRIC) for e in b["evals"]]
-        g_new, g_old = path.with_suffix(".groups.csv"), old.with_suffix(".groups.csv")
-        same_groups = g_new.is_file() and g_old.is_file() and g_new.read_bytes() == g_old.read_bytes()
+        files = []
+        for suffix in (".groups.csv", ".selection.csv"):  # the older grid kept only .selection.csv
+            new, committed = path.with_suffix(suffix), old.with_suffix(suffix)
+            if new.is_file() and committed.is_file():
+                files.append(f"{suffix} {'byte-identical' if new.read_bytes() == committed.read_bytes() else 'DIFFERENT'}")
         out.append(f"{path.stem}: held-out accuracy at every evaluation {'identical' if same_acc else 'DIFFERENT'}; "
-                   f".groups.csv {'byte-identical' if same_groups else 'DIFFERENT'}")
+                   + ("; ".join(files) or "no record file in both to compare"))
     return out
 
 
@@ -97,7 +106,7 @@ def prediction(strategy: str, grid: Path, noise: dict) -> tuple[float, str]:
     if strategy in REFILL:
         return refill(x, f), "refill"
     if strategy in PRESELECT:
-        shares = [informative_share(p) for p in sorted(grid.glob(f"{strategy}_seed*.groups.csv"))]
+        shares = [informative_share(p) for p in sorted(grid.glob(f"{strategy}_seed*.json"))]
         f_new = sum(shares) / len(shares) if shares else math.nan
         return preselect(x, f, f_new), f"pre-selection, f' = {f_new:.2f}"
     return math.nan, "not modelled"
