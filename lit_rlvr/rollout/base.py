@@ -27,9 +27,10 @@ class SamplingConfig:
     seed: int | None = None
     """Seed for this call's sampling (None: the engine's own generator state)."""
     return_hidden_states: bool = False
-    """Ask for ``Completion.hidden_state``: the policy's last-layer hidden state at each completion's
-    last token (a pruner's quality head reads it). An engine that cannot give it from its generating
-    forward leaves it None; the caller then computes it (``rollout.hidden.last_hidden_states``)."""
+    """Ask for ``Completion.hidden_state``: the last-layer hidden state at each completion's last token,
+    of the model that sampled it (the HF engine: its ``hidden_state_model``; a pruner's quality head
+    reads it). An engine that cannot give it from its generating forward leaves it None; the caller
+    then computes it with the policy (``rollout.hidden.last_hidden_states``)."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -19,6 +19,14 @@ and each live row uses its own. So a call gives the same tokens as transformers'
 with ``_InverseCDFSampler`` did, whatever finishes when (up to float summation order in the
 matmuls of a smaller batch). Log-probs are those of the distribution each token was drawn
 from (after temperature and top-p), of the model decoded with.
+
+Hidden states (``hidden_at=k``): a forward hook on the model's decoder (its transformer stack, whose
+output is the last layer's state after the final norm) keeps each row's state at its k-th generated
+token, or at its last token when it ends sooner (a stop token included). The state at a token comes
+from the forward that feeds it, so a row whose k-th or last token was just sampled stays in the batch
+for one more forward (its next logits are never used) and leaves at the next compaction; the states
+are scattered to the rows' original indices through ``slot_row``, as the batch compacts. Without
+``hidden_at`` no row stays and every step is the one above.
 """
 
 from __future__ import annotations
@@ -122,6 +130,31 @@ def _cache_kwarg(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def decoder_module(model: Any) -> Any:
+    """The transformer stack of a causal LM (under a PEFT wrapper, if any): its output's
+    ``last_hidden_state`` is the last layer's state after the final norm."""
+    get_base = getattr(model, "get_base_model", None)
+    return (get_base() if callable(get_base) else model).get_decoder()
+
+
+def decoder_output(output: Any) -> torch.Tensor:
+    """[rows, q, H] ``last_hidden_state`` from a decoder forward's output (a model output or a tuple)."""
+    hidden = getattr(output, "last_hidden_state", None)
+    if hidden is None:
+        hidden = output[0] if isinstance(output, (tuple, list)) else output
+    return hidden
+
+
+class _LastOutput:
+    """Forward hook: keeps a reference to the decoder's latest ``[n, q, H]`` output (no copy)."""
+
+    def __init__(self) -> None:
+        self.hidden: torch.Tensor | None = None
+
+    def __call__(self, module: Any, args: Any, output: Any) -> None:
+        self.hidden = decoder_output(output)
+
+
 def _num_layers(model: Any) -> int:
     config = model.config
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -138,11 +171,37 @@ def decode(
     temperature: float = 1.0,
     top_p: float = 1.0,
     compact: bool = True,
-) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+    hidden_at: int | None = None,
+) -> tuple[list[list[int]], list[list[float]], list[bool], torch.Tensor | None]:
     """Decode ``prompts`` (one row each); ``temperature == 0`` is greedy, else inverse-CDF sampling
-    from the global torch RNG. Returns per row: token ids, their log-probs, and whether it stopped
-    on a stop token (kept as the last token). ``compact=False`` keeps finished rows in the batch
-    (for measuring what compaction saves)."""
+    from the global torch RNG. Returns per row: token ids, their log-probs, whether it stopped
+    on a stop token (kept as the last token), and with ``hidden_at`` the ``[R, H]`` float32 (CPU)
+    last-layer states at each row's token ``min(hidden_at, length)`` (else None; module docstring).
+    ``compact=False`` keeps finished rows in the batch (for measuring what compaction saves)."""
+    if hidden_at is not None and hidden_at < 1:
+        raise ValueError(f"hidden_at must be >= 1 (a generated token, 1-based), got {hidden_at}")
+    recorder = _LastOutput() if hidden_at is not None else None
+    handle = decoder_module(model).register_forward_hook(recorder) if recorder is not None else None
+    try:
+        return _decode(model, prompts, max_new_tokens, pad_token_id, stop_token_ids, temperature, top_p, compact, hidden_at, recorder)
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def _decode(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    pad_token_id: int,
+    stop_token_ids: Sequence[int],
+    temperature: float,
+    top_p: float,
+    compact: bool,
+    hidden_at: int | None,
+    recorder: _LastOutput | None,
+) -> tuple[list[list[int]], list[list[float]], list[bool], torch.Tensor | None]:
+    """``decode``'s loop (the hook, if any, is registered by the caller)."""
     from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
     device = next(model.parameters()).device
@@ -189,6 +248,9 @@ def decode(
     stopped = torch.zeros(rows, dtype=torch.bool)  # [R]
     stop_ids = torch.tensor(list(stop_token_ids), device=device)
     live = torch.ones(rows, dtype=torch.bool, device=device)  # [n] (compact=False: finished rows stay)
+    # hidden_at: [n] slots whose state the next forward records (they just sampled token hidden_at, or their last)
+    pending = torch.zeros(rows, dtype=torch.bool, device=device)
+    hidden: torch.Tensor | None = None  # [R, H] float32, filled as rows reach their token
     for t in range(max_new_tokens):
         scores = logits
         for warper in warpers:
@@ -207,28 +269,40 @@ def decode(
         logps[idx, t] = chosen[live].float().cpu()
         lengths[idx] = t + 1
         stopped[idx] = done[live].cpu()
+        last = t == max_new_tokens - 1
+        if hidden_at is not None and t + 1 <= hidden_at:  # rows at their token hidden_at, or ending before it
+            pending = live & (done | (t + 1 == hidden_at) | last)
         live = live & ~done
-        n = int(live.sum()) if compact else rec.numel()
-        if t == max_new_tokens - 1 or not bool(live.any()):
+        stay = live | pending  # [n] slots the next forward runs on (without hidden_at: the live ones)
+        n = int(stay.sum()) if compact else rec.numel()
+        if (last or not bool(live.any())) and not bool(pending.any()):
             break
-        if compact and n < live.numel():
+        if compact and n < stay.numel():
             keep = torch.arange(n, device=device)
-            dst = keep[~live[:n]]  # finished slots among the first n
-            src = torch.arange(n, live.numel(), device=device)[live[n:]]  # live slots beyond n
+            dst = keep[~stay[:n]]  # leaving slots among the first n
+            src = torch.arange(n, stay.numel(), device=device)[stay[n:]]  # staying slots beyond n
             cache.move_rows(src, dst, n)
-            for buf in (slot_row, token, next_pos, key_ok):
+            for buf in (slot_row, token, next_pos, key_ok, live, pending):
                 buf[dst] = buf[src]
             slot_row, token, next_pos, key_ok = slot_row[:n], token[:n], next_pos[:n], key_ok[:n]
-            live = torch.ones(n, dtype=torch.bool, device=device)
+            live, pending = live[:n], pending[:n]
         column = width + t
         key_ok[:, column] = True
         out = model(
             input_ids=token[:, None], attention_mask=key_ok[:, None, None, : column + 1],
             position_ids=next_pos[:, None], **cache_kw, use_cache=True,
         )
+        if recorder is not None and bool(pending.any()):
+            state = recorder.hidden[:, -1].float()  # [n, H] the state at the token just fed
+            if hidden is None:
+                hidden = torch.zeros(rows, state.shape[-1])
+            hidden[slot_row[pending].cpu()] = state[pending].cpu()
+            pending = torch.zeros_like(pending)
+        if last or not bool(live.any()):  # this forward only gave the last rows their states
+            break
         logits = out.logits[:, -1].float()  # [n, V]
         next_pos = next_pos + 1
 
     ids = [tokens[r, : lengths[r]].tolist() for r in range(rows)]
     lps = [logps[r, : lengths[r]].tolist() for r in range(rows)]
-    return ids, lps, stopped.tolist()
+    return ids, lps, stopped.tolist(), hidden

@@ -9,9 +9,9 @@ with the adapter merged into its weights, re-merged whenever a trainable paramet
 (``merge_lora`` defaults to merging on the CPU only).
 The training weights are never modified, and the trainer's log-probs come from its own forward.
 
-Hidden states (``return_hidden_states``) and FSDP2 always use ``generate`` on the policy itself,
-as described below. The engine then holds the training module's own model object, so it always
-samples from the current weights (LoRA adapter included). Under FSDP2
+FSDP2 always uses ``generate`` on the policy itself, as described below. The engine then holds the
+training module's own model object, so it always samples from the current weights (LoRA adapter
+included). Under FSDP2
 (``lit_rlvr.sharding``) the same object is sharded: each layer's forward hook gathers its
 weights and frees them after, and the root's, which FSDP2 keeps for a backward, are freed
 when ``generate`` returns. Those gathers are collectives, so sharded ranks generate in lockstep:
@@ -27,13 +27,19 @@ memory O(rows x vocab) instead of the O(steps x rows x vocab) of ``output_scores
 Continuation: a request with ``partial_token_ids`` is generated after prompt + partial (one
 prefill over both) and only the new tokens come back.
 
-Hidden states (``SamplingConfig.return_hidden_states``): a forward hook on the decoder keeps, per
-generate step, the last-layer hidden state at the position just fed in. The state AT a
-completion's last token is computed by the forward that feeds that token, i.e. the step that
-samples the one after it, so the engine runs one step beyond ``max_new_tokens`` and drops that
-extra token (cost: one decode step of the batch). A completion that stopped reads the state at its
-stop token, or at the token before it when the whole batch ended with it (generate runs no
-further forward then).
+Hidden states (``SamplingConfig.return_hidden_states``): the last-layer state (after the final norm)
+at each completion's last token, from the model that sampled the tokens (``hidden_state_model``):
+the decode copy (LoRA merged, in ``generation_dtype``) or the policy itself when there is none, and
+the policy itself under FSDP2. The compact decoder keeps them with a forward hook
+(``decode(hidden_at=max_new_tokens)``: a row stays in the batch for the one forward that feeds its
+last token). With ``decoder="generate"`` (and under FSDP2) a forward hook on the decoder keeps, per
+generate step, the state at the position just fed in; the state AT a completion's last token is
+computed by the forward that feeds that token, i.e. the step that samples the one after it, so
+``generate`` runs one step beyond ``max_new_tokens`` and drops that extra token (cost: one decode
+step of the batch). There a completion that stopped reads the state at its stop token, or at the
+token before it when the whole batch ended with it (generate runs no further forward then). A
+consumer that computes such states again later (ARRoL's test-time vote) must use the same model,
+``hidden_state_model``: a bfloat16 copy's states differ from the float32 policy's by bf16 rounding.
 
 Sampling draws each token by inverse-CDF sampling (``_InverseCDFSampler``, placed after the
 recorder) and lets ``generate`` run its greedy loop on the result. It samples the same
@@ -51,7 +57,7 @@ import torch
 from lit_rlvr.collate import left_pad
 from lit_rlvr.policy import pad_token_id
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
-from lit_rlvr.rollout.decode import decode
+from lit_rlvr.rollout.decode import decode, decoder_module, decoder_output
 from lit_rlvr.rollout.gen_model import GENERATION_DTYPES, GenerationModel, resolve_generation_dtype
 from lit_rlvr.sharding import in_lockstep, is_sharded, max_over_ranks, reshard
 from lit_rlvr.types import Completion
@@ -133,10 +139,7 @@ class _LastHiddenRecorder:
         self.steps: list[torch.Tensor] = []  # T+1 x [R, H]; steps[0]: the prefill's last position
 
     def __call__(self, module: Any, args: Any, output: Any) -> None:
-        hidden = getattr(output, "last_hidden_state", None)
-        if hidden is None:
-            hidden = output[0] if isinstance(output, (tuple, list)) else output
-        self.steps.append(hidden[:, -1, :].detach().float().cpu())
+        self.steps.append(decoder_output(output)[:, -1, :].detach().float().cpu())
 
     def at(self, row: int, step: int) -> torch.Tensor:
         """[H] the state after feeding generated token ``step`` (1-based; 0 = the prompt's last)."""
@@ -242,10 +245,16 @@ class HFEngine:
             self._gen = GenerationModel(self.model, merge, dtype, pack_weights=self.pack_weights)
         return self._gen.model()
 
-    def _fast_path(self, sampling: SamplingConfig, lockstep: bool) -> bool:
-        """The decode copy and loop apply unless FSDP2 shards the policy or hidden states are asked for
-        (those keep the policy's own forward, exactly as before)."""
-        return not lockstep and not sampling.return_hidden_states and not is_sharded(self.model)
+    def _fast_path(self, lockstep: bool) -> bool:
+        """The decode copy and loop apply unless FSDP2 shards the policy (its forwards are collectives:
+        ``generate`` on the policy itself, ``synced_gpus``), hidden states asked for or not."""
+        return not lockstep and not is_sharded(self.model)
+
+    def hidden_state_model(self) -> Any:
+        """The model whose last-layer states ``return_hidden_states`` returns (refreshed): the one
+        decoded with (``generation_model``), or the policy itself under FSDP2. ARRoL's test-time vote
+        computes its states with it, so they are those its quality head was trained on."""
+        return self.generation_model() if self._fast_path(in_lockstep(self.model)) else self.model
 
     def generate(
         self, requests: Sequence[GenerationRequest], sampling: SamplingConfig
@@ -288,7 +297,7 @@ class HFEngine:
                 # FSDP2: every forward gathers weights from every rank, so all ranks run the same number of
                 # batches (a rank with fewer decodes a one-token dummy)
                 spare = max_over_ranks(len(chunks), device) - len(chunks) if lockstep else 0
-                fast = self._fast_path(sampling, lockstep)
+                fast = self._fast_path(lockstep)
                 model = self.generation_model() if fast else self.model
                 for chunk in chunks:
                     prompts = [rows[r][1] for r in chunk]
@@ -308,17 +317,19 @@ class HFEngine:
         return out
 
     def _decode_batch(self, model: Any, prompts: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
-        """One batch through ``decode`` (finished rows leave the batch)."""
-        ids, logprobs, stopped = decode(
+        """One batch through ``decode`` (finished rows leave the batch); hidden states at each row's last token."""
+        ids, logprobs, stopped, hidden = decode(
             model, prompts, max_new_tokens=sampling.max_new_tokens, pad_token_id=self.pad_token_id,
             stop_token_ids=self.stop_token_ids, temperature=sampling.temperature, top_p=sampling.top_p,
+            hidden_at=sampling.max_new_tokens if sampling.return_hidden_states else None,
         )
         return [
             Completion(
                 token_ids=t, logprobs=lp, finish_reason="stop" if st else "length",
                 text=self.tokenizer.decode(t, skip_special_tokens=True),
+                hidden_state=hidden[j].clone() if hidden is not None else None,
             )
-            for t, lp, st in zip(ids, logprobs, stopped)
+            for j, (t, lp, st) in enumerate(zip(ids, logprobs, stopped))
         ]
 
     def _generate_batch(
@@ -362,7 +373,7 @@ class HFEngine:
             return_dict_in_generate=True,
         )
         model = self.model if model is None else model
-        handle = self._hf_model().get_decoder().register_forward_hook(hidden) if hidden is not None else None
+        handle = decoder_module(model).register_forward_hook(hidden) if hidden is not None else None
         try:
             with _plain_generation_config(model.get_base_model() if hasattr(model, "get_base_model") else model):
                 generated = model.generate(
