@@ -150,6 +150,10 @@ def lever_verdict(preds: Sequence[LeverPrediction]) -> str:
     return "No lever is predicted to pay: every one would need more rollouts than this run to reach its accuracy."
 
 
+def _num(x: float) -> str:
+    return f"{x:.1f}" if math.isfinite(x) else "n/a"
+
+
 def lever_lines(noise: Optional[RunNoise], history_f: Optional[float] = None) -> list[str]:
     """The end-of-fit summary's lines on the critical batch and the levers (none without noise-scale metrics)."""
     if noise is None:
@@ -160,8 +164,8 @@ def lever_lines(noise: Optional[RunNoise], history_f: Optional[float] = None) ->
     se = f" +- {noise.b_noise_se:.1f}" if math.isfinite(noise.b_noise_se) else ""
     preds = lever_predictions(noise, history_f)
     return [
-        f"  critical batch        B_noise {noise.b_noise:.1f}{se} informative groups ({noise.b_noise_all:.1f} in all groups, "
-        f"{noise.b_noise_adam:.1f} Adam-preconditioned) over {noise.steps} steps; this run trained on "
+        f"  critical batch        B_noise {noise.b_noise:.1f}{se} informative groups ({_num(noise.b_noise_all)} in all groups, "
+        f"{_num(noise.b_noise_adam)} Adam-preconditioned) over {noise.steps} steps; this run trained on "
         f"{noise.informative_per_step:.1f} informative groups per step (f = {noise.share:.2f}): x = {noise.x:.2f}",
         "  levers (predicted)    " + "; ".join(p.describe() for p in preds),
         f"  lever verdict         {lever_verdict(preds)}",
