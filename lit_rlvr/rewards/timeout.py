@@ -56,7 +56,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 from lit_rlvr.rewards import protocol
 from lit_rlvr.rewards.output_relay import OutputRelay
 from lit_rlvr.rewards.protocol import ProtocolError, error_summary
-from lit_rlvr.rewards.sandbox import SandboxLimits, describe
+from lit_rlvr.rewards.sandbox import SandboxLimits, describe, simulated_missing
 from lit_rlvr.rewards.sandbox_settings import default_workers, read_roots, worker_env
 from lit_rlvr.rewards.worker import import_path_of, module_of, resolve_callable
 from lit_rlvr.rewards.workdirs import new_workdir, remove_stale_workdirs
@@ -451,7 +451,7 @@ class TimeLimitedCaller:
         return dict(
             fn=self.fn, preload=self.preload, warmup=self.warmup, workdir=workdir, strict=self.strict,
             limits=self.limits or SandboxLimits(), readable=readable, listable=listable,
-            launch_dir=self.cwd, parent_pid=os.getpid(),
+            launch_dir=self.cwd, parent_pid=os.getpid(), simulate_missing=simulated_missing(),
         )
 
     def _spawn(self) -> str | None:

@@ -20,13 +20,11 @@ import os
 import pickle
 import signal
 import sys
-import threading
-import time
 from typing import Any, Callable, Optional
 
 from lit_rlvr.rewards import protocol
 from lit_rlvr.rewards.protocol import error_summary
-from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox
+from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -122,13 +120,6 @@ def import_path_of(fn: Any) -> str:
     return f"{module}:{qualname}"
 
 
-def _exit_when_orphaned(parent: int) -> None:
-    """Exit once the trainer is gone (its pid is no longer our parent)."""
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os._exit(1)
-
-
 def _send(fd: int, kind: str, **fields: Any) -> None:
     protocol.write_all(fd, protocol.encode(kind, **fields))
 
@@ -168,16 +159,17 @@ def main(argv: list[str]) -> None:
     os.close(devnull)
     try:
         setup = pickle.loads(protocol.read_frame(req) or b"N.")
+        die_with_parent(setup["parent_pid"])  # before the seccomp filter, which then keeps it set
         LAUNCH_DIR = setup["launch_dir"]
         limits: SandboxLimits = setup["limits"]
         report = None
         if setup["workdir"] is not None:
-            report = apply_sandbox(setup["workdir"], limits, setup["readable"], setup["listable"])
+            report = apply_sandbox(setup["workdir"], limits, setup["readable"], setup["listable"],
+                                   simulate_missing=setup["simulate_missing"])
             if setup["strict"] and report["missing"]:
                 raise RuntimeError(
                     "model.reward_sandbox.strict is set and this system does not enforce: " + "; ".join(report["missing"])
                 )
-        threading.Thread(target=_exit_when_orphaned, args=(setup["parent_pid"],), daemon=True).start()
         for name in setup["preload"]:  # before "ready": import time is never charged to a call
             _import_from_cwd(name, LAUNCH_DIR)
         fn = resolve_callable(setup["fn"])

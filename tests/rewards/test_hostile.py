@@ -189,3 +189,97 @@ def test_the_reward_module_is_imported_in_the_sandbox_not_in_the_trainer():
     finally:
         if os.path.exists(path):
             os.remove(path)
+
+
+# ---------------------------------------------------------------- no system call on another process
+
+
+@pytest.fixture(scope="module")
+def other_process():
+    r = CallableReward("tests.rewards.hostile:other_process_reward", timeout_s=10, workers=1, name="r")
+    yield r
+    r.close()
+
+
+@pytest.mark.parametrize("call", hostile.OTHER_PROCESS_CALLS)
+def test_a_reward_cannot_act_on_the_trainers_process(call, other_process, report):
+    if not report["processes"]:
+        pytest.xfail(f"system calls are not filtered on this system: {report['missing']}")
+    res = RewardScorer([other_process]).score(["x"], [""], [{"call": call, "pid": os.getpid()}])
+    assert (res.total.tolist(), res.errors) == ([0.0], 1)
+
+
+def _core_limit_attack() -> tuple[str, tuple[int, int]]:
+    """Source that sets this process's soft core-file limit to another value, and the limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    other = 0 if soft != 0 else min(4096, hard) if hard != resource.RLIM_INFINITY else 4096
+    return f"import resource; resource.prlimit({os.getpid()}, resource.RLIMIT_CORE, ({other}, {hard}))", (soft, hard)
+
+
+def _restore_core_limit(limit: tuple[int, int]) -> bool:
+    """Whether the limit was still ``limit`` (restored if not, so one failure does not leak into others)."""
+    import resource
+
+    now = resource.getrlimit(resource.RLIMIT_CORE)
+    if now != limit:
+        resource.setrlimit(resource.RLIMIT_CORE, limit)
+    return now == limit
+
+
+def test_model_output_cannot_change_the_trainers_limits(report):
+    """An answer that reasoning-gym's scorer evaluates sets the trainer's core-file limit through prlimit."""
+    task = "simple_integration"
+    entry = reasoning_gym.create_dataset(task, size=1, seed=0)[0]
+    code, before = _core_limit_attack()
+    r = ReasoningGymReward(extraction="full", timeout_s=30, workers=1, name="rg")
+    try:
+        res = RewardScorer([r]).score([payload_answer(task, entry, f"__import__('builtins').exec({code!r})")],
+                                      [entry["answer"]], [entry["metadata"]])
+    finally:
+        r.close()
+        unchanged = _restore_core_limit(before)
+    assert res.total.tolist() == [0.0]
+    if not report["processes"]:
+        pytest.xfail(f"system calls are not filtered on this system: {report['missing']}")
+    assert unchanged
+
+
+def test_a_program_under_test_cannot_change_the_trainers_limits(report):
+    from lit_rlvr.rewards import CodeExecutionReward
+
+    code, before = _core_limit_attack()
+    r = CodeExecutionReward(workers=1, timeout_s=10)
+    try:
+        res = RewardScorer([r]).score([f"```python\n{code}\nprint(1)\n```"], [""], [{"tests": [{"input": "", "output": "1"}]}])
+    finally:
+        r.close()
+        unchanged = _restore_core_limit(before)
+    assert res.total.tolist() == [0.0]  # the prlimit raised: the program printed nothing
+    if not report["processes"]:
+        pytest.xfail(f"system calls are not filtered on this system: {report['missing']}")
+    assert unchanged
+
+
+def _shm_segments() -> set[int]:
+    with open("/proc/sysvipc/shm") as f:
+        return {int(line.split()[1]) for line in f.readlines()[1:]}
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux sandbox")
+@pytest.mark.parametrize("kind", ["memfd", "sysv"])
+def test_no_shared_memory_outside_the_budget(kind, report):
+    if not report["processes"]:
+        pytest.xfail(f"system calls are not filtered on this system: {report['missing']}")
+    before = _shm_segments()
+    try:
+        res = attack("shared_memory_reward", {"kind": kind, "mb": 64})
+        left = _shm_segments() - before
+    finally:
+        import ctypes
+
+        for shmid in _shm_segments() - before:  # what the code before this sandbox left behind
+            ctypes.CDLL(None).shmctl(shmid, 0, None)  # IPC_RMID
+    assert (res.total.tolist(), res.errors) == ([0.0], 1)
+    assert not left
