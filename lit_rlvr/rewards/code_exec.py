@@ -288,7 +288,7 @@ class CodeExecutionReward(WorkerReward):
         self.mode, self.extraction = mode, extraction
         self.per_test_timeout_s, self.timeout_s = float(per_test_timeout_s), float(timeout_s)
         self.memory_mb, self.max_output_chars = int(memory_mb), int(max_output_chars)
-        self._caller = TimeLimitedCaller(run_tests, self.timeout_s, workers=workers, retire_after_call=True)
+        self._caller = TimeLimitedCaller(run_tests, self.timeout_s, workers=workers)
 
     def _args(self, completion: str, metadata: dict[str, Any]) -> Optional[tuple]:
         tests = [{"code": t["code"]} if "code" in t else {"input": t.get("input", "")} for t in _check_tests(metadata.get("tests"))]

@@ -62,9 +62,11 @@ class SandboxLimits:
     """Open file descriptors (``RLIMIT_NOFILE``)."""
     file_size_mb: int = 1024
     """Largest file the worker may write in its directory (``RLIMIT_FSIZE``)."""
+    workdir_mb: int = 64
+    """Size of the worker's directory, all files together (a private tmpfs; needs root, see ``apply_sandbox``)."""
 
     def __post_init__(self) -> None:
-        for name in ("address_space_mb", "cpu_seconds", "open_files", "file_size_mb"):
+        for name in ("address_space_mb", "cpu_seconds", "open_files", "file_size_mb", "workdir_mb"):
             if not int(getattr(self, name)) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
 
@@ -74,7 +76,8 @@ class SandboxLimits:
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
-_CLONE_NEWNET = 0x40000000
+_CLONE_NEWNET, _CLONE_NEWNS, _CLONE_NEWIPC = 0x40000000, 0x00020000, 0x08000000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 0x4000, 0x40000
 _CLONE_THREAD = 0x00010000
 
 # Landlock filesystem rights (uapi/linux/landlock.h)
@@ -301,6 +304,24 @@ def _seccomp(libc: Any, allow_fork: bool = False) -> str:
             "calls that take a process id act on the worker itself only")
 
 
+def _private_tmpfs(libc: Any, workdir: str, size_mb: int) -> str:
+    """Mount a ``size_mb`` tmpfs on ``workdir`` in this (new, private) mount namespace; it dies with it."""
+    _check(_sys(libc, "mount", b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    opts = f"size={size_mb}m,mode=0700".encode()
+    _check(_sys(libc, "mount", b"tmpfs", workdir.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), "mount tmpfs")
+    os.chdir(workdir)  # the mount, not the directory under it
+    return f"a private {size_mb} MB tmpfs (gone with the worker)"
+
+
+def confine_call() -> None:
+    """In a call's child, forked by a confined zygote: the seccomp filter again, now without ``fork``.
+
+    The zygote's own filter (``allow_fork``) still applies; the two together let calls that take a
+    process id act on neither the zygote nor any other process.
+    """
+    _seccomp(_libc())
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -342,7 +363,8 @@ def apply_sandbox(
     Keys: ``workdir``, ``limits``, ``filesystem``, ``reads``, ``network``, ``processes``
     (each a description, or ``""`` when not enforced) and ``missing`` (why not).
     """
-    report: dict[str, Any] = dict(workdir="", limits="", filesystem="", reads="", network="", processes="", missing=[])
+    report: dict[str, Any] = dict(workdir="", limits="", filesystem="", reads="", network="", processes="",
+                                  workdir_size="", missing=[])
     missing: list[str] = report["missing"]
     os.chdir(workdir)
     for var in ("TMPDIR", "TEMP", "TMP"):
@@ -358,13 +380,18 @@ def apply_sandbox(
         return report
     libc = _libc()
     network: list[str] = []
-    if os.geteuid() == 0 and "namespaces" in simulate_missing:
-        missing.append("network namespace: namespaces missing (simulated)")
-    elif os.geteuid() == 0:
-        if _sys(libc, "unshare", _CLONE_NEWNET) == 0:
-            network.append("empty network namespace")
-        else:
-            missing.append(f"network namespace: {os.strerror(ctypes.get_errno())}")
+    why = ("namespaces are not available (simulated)" if "namespaces" in simulate_missing
+           else "" if os.geteuid() == 0 else "they need root")
+    if not why and _sys(libc, "unshare", _CLONE_NEWNET | _CLONE_NEWNS | _CLONE_NEWIPC) != 0:
+        why = f"unshare: {os.strerror(ctypes.get_errno())}"
+    if not why:
+        network.append("empty network namespace")
+        try:
+            report["workdir_size"] = _private_tmpfs(libc, workdir, limits.workdir_mb)
+        except OSError as e:
+            why = str(e)
+    if why:
+        missing.append(f"the working directory's size is NOT limited, only each file's ({why})")
     try:
         report["limits"] = _set_limits(limits)
     except Exception as e:  # noqa: BLE001
@@ -402,7 +429,7 @@ def apply_sandbox(
 def describe(report: dict[str, Any]) -> str:
     """One log line: what the sandbox enforces and what it does not."""
     parts = [f"working directory {os.path.dirname(report['workdir'])}/lit-rlvr-reward-*"]
-    parts += [report[k] for k in ("limits", "filesystem", "network", "processes") if report.get(k)]
+    parts += [report[k] for k in ("workdir_size", "limits", "filesystem", "network", "processes") if report.get(k)]
     text = "reward workers are sandboxed: " + "; ".join(parts)
     if report.get("missing"):
         text += ". NOT enforced here: " + "; ".join(report["missing"])

@@ -43,14 +43,15 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import math
 import os
 import pickle
+import select
 import shutil
 import threading
 import time
 import weakref
 from collections import deque
-from multiprocessing.connection import wait as wait_for
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 from lit_rlvr.rewards import protocol
@@ -70,6 +71,8 @@ FnSpec = Union[str, Callable[..., Any]]
 
 DEFAULT_TIMEOUT_S = 10.0
 """Default per-call limit of every reward that runs in workers."""
+_END_GRACE_S = 1.0
+"""After its answer, how long a call's process may take to end (at least; else the call is a timeout)."""
 
 _LIVE_CALLERS: "weakref.WeakSet[TimeLimitedCaller]" = weakref.WeakSet()
 _SANDBOX_LOGGED = False
@@ -117,10 +120,6 @@ class TimeLimitedCaller:
             ``SandboxLimits`` with those limits; ``False`` runs them unconfined
             in the current directory with the trainer's environment (for
             trusted code that needs the network or credentials).
-        retire_after_call: kill each worker once it answered a call, so the
-            next call runs in a fresh process (for calls that run untrusted
-            code, e.g. ``CodeExecutionReward``: nothing one call does to the
-            worker can reach another call). The trainer decides, not the worker.
     """
 
     def __init__(
@@ -132,7 +131,6 @@ class TimeLimitedCaller:
         startup_timeout_s: float = 120.0,
         workers: Optional[int] = None,
         sandbox: Union[bool, SandboxLimits] = True,
-        retire_after_call: bool = False,
     ) -> None:
         if not (isinstance(fn, str) or callable(fn)):
             raise TypeError(f"fn must be an import path or a callable, got {type(fn).__name__}")
@@ -150,7 +148,6 @@ class TimeLimitedCaller:
         self.warmup = tuple(warmup) if warmup is not None else None
         self.startup_timeout_s = float(startup_timeout_s)
         self.workers = workers
-        self.retire_after_call = bool(retire_after_call)
         self.limits: Optional[SandboxLimits] = (
             sandbox if isinstance(sandbox, SandboxLimits) else SandboxLimits() if sandbox else None
         )
@@ -327,7 +324,7 @@ class TimeLimitedCaller:
             self._wait(waiting, queue, results)
             now = time.monotonic()
             for w in [w for w in waiting if w in self._slots and w.deadline <= now]:
-                if w.item is not None:
+                if w.item is not None:  # no answer, or its process did not end: 0, counted
                     self.timeouts += 1
                     log.debug("%r: a call exceeded %.3g s; killing worker %s", self, self.timeout_s, w.proc.pid)
                     results[w.item] = CallOutcome(False, None, True)
@@ -337,15 +334,26 @@ class TimeLimitedCaller:
                     self._fail(queue, results, f"reward worker was not ready within {self.startup_timeout_s:.0f} s")
 
     def _wait(self, waiting: list[WorkerProcess], queue: deque, results: list) -> None:
-        """Wait (at most until the nearest deadline) and handle what the workers wrote."""
+        """Wait (at most until the nearest deadline) and handle what the workers wrote or can take."""
         timeout = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
-        owner = {fd: w for w in waiting for fd in w.fds()}
-        for fd in wait_for(list(owner), timeout):
+        poll, owner = select.poll(), {}
+        for w in waiting:
+            for fd in w.fds():
+                poll.register(fd, select.POLLIN)
+                owner[fd] = w
+            if w.pending:
+                poll.register(w.req, select.POLLOUT)
+                owner[w.req] = w
+        for fd, _ in poll.poll(math.ceil(timeout * 1000)):
             w = owner[fd]
             if w not in self._slots:
                 continue
-            if fd == w.out:
+            if fd == w.req:
+                w.write()
+            elif fd == w.out:
                 w.relay_output(self._relay)
+            elif fd == w.ctl:
+                self._read_control(w, queue, results)
             else:
                 self._read_replies(w, queue, results)
 
@@ -358,7 +366,7 @@ class TimeLimitedCaller:
             results[i] = CallOutcome(False, f"arguments cannot be sent to the worker: {e!r}", False)
             return
         try:
-            protocol.write_all(w.req, request)
+            w.pending = protocol.write_some(w.req, request)  # the rest when the pipe takes it, within the deadline
         except OSError as e:  # the worker is gone (idle death): retry the item once
             self._kill(w)
             if i in retried:
@@ -367,32 +375,62 @@ class TimeLimitedCaller:
                 retried.add(i)
                 queue.appendleft(i)
         else:
-            w.item, w.deadline = i, time.monotonic() + self.timeout_s
+            w.item, w.answered, w.deadline = i, False, time.monotonic() + self.timeout_s
 
     def _read_replies(self, w: WorkerProcess, queue: deque, results: list) -> None:
-        data = read_available(w.rep)
+        """What the call's child wrote: its one ``result`` (anything after it is dropped at ``done``)."""
+        while w in self._slots:
+            data = read_available(w.rep)
+            if data is None:
+                return
+            if not data:  # nobody holds the reply pipe: the zygote is gone
+                self._lost(w, queue, results)
+                return
+            if w.answered or w.item is None:
+                continue  # after its answer: dropped (its process is ending)
+            try:
+                for payload in w.replies.feed(data):
+                    kind, body = protocol.decode(payload)
+                    if kind != "result" or body.i != w.item:
+                        raise ProtocolError("a reply that answers no call in flight")
+                    results[w.item] = CallOutcome(body.ok, body.value if body.ok else self._explain(body.error), False)
+                    w.answered = True
+                    w.deadline = max(w.deadline, time.monotonic() + _END_GRACE_S)
+                    break
+            except ProtocolError as e:
+                self._protocol_error(w, str(e), queue, results)
+
+    def _read_control(self, w: WorkerProcess, queue: deque, results: list) -> None:
+        """What the zygote wrote: ``ready``/``init_error`` at start, ``done`` after each call."""
+        data = read_available(w.ctl)
         if data is None:
             return
-        if not data:  # the worker exited (or closed its reply pipe)
-            w.relay_output(self._relay, final=True)
-            code = w.exit_code()
-            if w.item is not None:
-                results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
-            was_ready = w.ready
-            self._kill(w)
-            if not was_ready:
-                self._fail(queue, results, f"the reward worker exited during start-up (exit code {code})")
+        if not data:
+            self._read_replies(w, queue, results)  # an answer written before it died still counts
+            if w in self._slots:
+                self._lost(w, queue, results)
             return
         try:
-            for payload in w.reader.feed(data):
+            for payload in w.control.feed(data):
                 self._handle(w, *protocol.decode(payload), queue, results)
                 if w not in self._slots:
                     return
         except ProtocolError as e:
             self._protocol_error(w, str(e), queue, results)
 
+    def _lost(self, w: WorkerProcess, queue: deque, results: list) -> None:
+        """The zygote died: its call fails (unless answered), and so does start-up."""
+        w.relay_output(self._relay, final=True)
+        code = w.exit_code()
+        if w.item is not None and not w.answered:
+            results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
+        was_ready = w.ready
+        self._kill(w)
+        if not was_ready:
+            self._fail(queue, results, f"the reward worker exited during start-up (exit code {code})")
+
     def _handle(self, w: WorkerProcess, kind: str, body: Any, queue: deque, results: list) -> None:
-        """One decoded reply (``protocol.decode``) from ``w``."""
+        """One decoded control message (``protocol.decode``) from ``w``'s zygote."""
         if not w.ready:
             if kind == "ready":
                 w.ready = True
@@ -408,15 +446,21 @@ class TimeLimitedCaller:
                     )
                 self._fail(queue, results, self._start_error)
             else:
-                raise ProtocolError(f"a {kind!r} reply before the worker was ready")
+                raise ProtocolError(f"a {kind!r} message before the worker was ready")
             return
-        if kind != "result" or w.item is None or body.i != w.item:
-            raise ProtocolError("a reply that answers no call in flight")
-        value = body.value if body.ok else self._explain(body.error)
-        results[w.item] = CallOutcome(body.ok, value, False)
-        w.item = None
-        if body.retire or self.retire_after_call:  # half its CPU-seconds used, or one call per worker
+        if kind != "done" or w.item is None:
+            raise ProtocolError("a control message that ends no call in flight")
+        code, consumed = body
+        self._read_replies(w, queue, results)  # all the child wrote is in the pipe by now
+        if w not in self._slots:
+            return
+        if not w.answered:
+            results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
+        if not consumed or w.pending:  # part of a request may still be in the pipe: start afresh
             self._kill(w)
+            return
+        w.item, w.answered = None, False
+        w.replies = protocol.FrameReader(protocol.MAX_REPLY_BYTES)
 
     def _explain(self, error: str) -> str:
         if error.startswith("MemoryError"):

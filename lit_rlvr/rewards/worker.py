@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from lit_rlvr.rewards import protocol
 from lit_rlvr.rewards.protocol import error_summary
-from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox, die_with_parent
+from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox, confine_call, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -124,35 +124,89 @@ def _send(fd: int, kind: str, **fields: Any) -> None:
     protocol.write_all(fd, protocol.encode(kind, **fields))
 
 
-def _serve(req: int, rep: int, fn: Callable[..., Any], cpu_budget: float) -> None:
-    """Answer ``(i, args, kwargs)`` requests until EOF or ``None``."""
-    while True:
-        raw = protocol.read_frame(req)
-        if raw is None:
-            return
-        msg = pickle.loads(raw)  # the trainer's own data: nothing a worker wrote flows into requests
-        if msg is None:
-            return
-        i, args, kwargs = msg
-        ok, value, error = True, None, ""
+def _answer_once(req: int, rep: int, got: int, fn: Callable[..., Any]) -> None:
+    """In a call's child: read one request, say so on ``got``, answer it (``protocol``'s ``result``)."""
+    raw = protocol.read_frame(req)
+    if raw is None:
+        return
+    os.write(got, b"R")  # the request pipe holds nothing of this call any more
+    i, args, kwargs = pickle.loads(raw)  # the trainer's own data: nothing a worker wrote flows into requests
+    ok, value, error = True, None, ""
+    try:
+        value = protocol.plain_value(fn(*args, **kwargs))
+    except TypeError as e:
+        ok, error = False, f"result cannot be sent back: {e}"
+    except BaseException as e:  # noqa: BLE001 - the item fails; SystemExit and the like too
+        ok, error = False, error_summary(e)
+    times = os.times()
+    _send(rep, "result", i=i, ok=ok, value=value, error=error, cpu_s=times.user + times.system, retire=False)
+
+
+def _child(req: int, rep: int, got: int, fn: Callable[..., Any], zygote: int, confined: bool) -> None:
+    """One call in a fresh process: confine it, then read its request, answer once and exit."""
+    code = 1
+    try:
+        die_with_parent(zygote)
+        if confined:
+            confine_call()
+        _answer_once(req, rep, got, fn)
+        code = 0
+    finally:
         try:
-            value = protocol.plain_value(fn(*args, **kwargs))
-        except TypeError as e:
-            ok, error = False, f"result cannot be sent back: {e}"
-        except Exception as e:  # noqa: BLE001 - the item fails, the worker goes on
-            ok, error = False, error_summary(e)
-        except BaseException as e:  # SystemExit and the like: report, then leave
-            _send(rep, "result", i=i, ok=False, value=None, error=error_summary(e), cpu_s=0.0, retire=True)
-            return
-        times = os.times()
-        cpu = times.user + times.system
-        _send(rep, "result", i=i, ok=ok, value=value, error=error, cpu_s=cpu, retire=cpu > cpu_budget)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)  # no atexit handlers, no finalizers: nothing of the call runs after it
+
+
+def _empty(directory: str) -> bool:
+    """Remove everything in ``directory`` (what a call left); whether it is empty now."""
+    import shutil
+
+    def writable(fn: Any, path: str, exc: Any) -> None:  # a directory the call made unwritable
+        os.chmod(os.path.dirname(path), 0o700)
+        fn(path)
+
+    for entry in os.scandir(directory):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                shutil.rmtree(entry.path, onerror=writable)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+    return not os.listdir(directory)
+
+
+def _zygote(req: int, rep: int, ctl: int, fn: Callable[..., Any], workdir: Optional[str], confined: bool) -> None:
+    """Fork one child per call (``_child``), wait for it, clean up after it, report ``done``; forever."""
+    me = os.getpid()
+    while True:
+        got_r, got_w = os.pipe()  # the child says here that it read its whole request
+        pid = os.fork()
+        if pid == 0:
+            os.close(ctl)  # the control pipe is the zygote's alone
+            os.close(got_r)
+            _child(req, rep, got_w, fn, me, confined)
+        os.close(got_w)
+        _, status = os.waitpid(pid, 0)
+        os.set_blocking(got_r, False)
+        try:
+            consumed = bool(os.read(got_r, 1))
+        except BlockingIOError:
+            consumed = False
+        os.close(got_r)
+        clean = workdir is None or _empty(workdir)
+        _send(ctl, "done", code=os.waitstatus_to_exitcode(status), consumed=consumed and clean)
+        if not clean:
+            return  # something of the call could not be removed: the trainer starts a fresh zygote
 
 
 def main(argv: list[str]) -> None:
-    """Worker entry point: ``REQ_FD REPLY_FD``; see the module docstring."""
+    """Zygote entry point: ``REQ_FD REPLY_FD CTL_FD``; see the module docstring."""
     global LAUNCH_DIR
-    req, rep = int(argv[0]), int(argv[1])
+    req, rep, ctl = int(argv[0]), int(argv[1]), int(argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's business
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)  # a terminal on stdin is writable too
@@ -164,7 +218,7 @@ def main(argv: list[str]) -> None:
         limits: SandboxLimits = setup["limits"]
         report = None
         if setup["workdir"] is not None:
-            report = apply_sandbox(setup["workdir"], limits, setup["readable"], setup["listable"],
+            report = apply_sandbox(setup["workdir"], limits, setup["readable"], setup["listable"], allow_fork=True,
                                    simulate_missing=setup["simulate_missing"])
             if setup["strict"] and report["missing"]:
                 raise RuntimeError(
@@ -179,10 +233,10 @@ def main(argv: list[str]) -> None:
             except Exception:  # noqa: BLE001 - a warm-up only fills caches
                 pass
     except BaseException as e:  # noqa: BLE001 - reported to the trainer, which names the reward
-        _send(rep, "init_error", error=error_summary(e) if not isinstance(e, ValueError) else str(e))
+        _send(ctl, "init_error", error=error_summary(e) if not isinstance(e, ValueError) else str(e))
         return
-    _send(rep, "ready", report=report)
-    _serve(req, rep, fn, limits.cpu_seconds / 2)
+    _send(ctl, "ready", report=report)
+    _zygote(req, rep, ctl, fn, setup["workdir"], bool(report and report["processes"]))
 
 
 if __name__ == "__main__":

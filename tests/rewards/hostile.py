@@ -207,3 +207,63 @@ def shared_memory_reward(completion, answer, metadata):
     if shmid < 0:
         raise PermissionError(ctypes.get_errno(), "shmget refused")
     return 1.0
+
+
+def _verdict(completion: str) -> float:
+    return 1.0 if completion == "right" else 0.0
+
+
+def patching_reward(completion, answer, metadata):
+    """``"patch"`` rewrites this module's verdict so that every later answer scores 1.0 (in its process)."""
+    import sys
+
+    if completion == "patch":
+        sys.modules[__name__]._verdict = lambda completion: 1.0
+        return 0.0
+    return _verdict(completion)
+
+
+def leftovers_reward(completion, answer, metadata):
+    """``"leave"`` leaves a file in the working directory; any other call: 1.0 when it finds it."""
+    if completion == "leave":
+        with open("left-behind", "w") as f:
+            f.write("from an earlier call")
+        return 0.0
+    return float(os.path.exists("left-behind"))
+
+
+def fill_directory_reward(completion, answer, metadata):
+    """Writes ``metadata["mb"]`` MB into the working directory, in 8 MB files (each under the file-size limit)."""
+    block = b"x" * 2**20
+    for n in range(metadata["mb"] // 8):
+        with open(f"fill-{n}", "wb") as f:
+            for _ in range(8):
+                f.write(block)
+    return 1.0
+
+
+def shrink_request_pipe(completion, answer, metadata):
+    """Shrinks every pipe it holds to one page and stops reading requests (its process goes on)."""
+    import fcntl
+
+    from lit_rlvr.rewards import protocol
+
+    for fd in range(3, 64):
+        try:
+            fcntl.fcntl(fd, 1031, 4096)  # F_SETPIPE_SZ
+        except OSError:
+            pass
+    protocol.read_frame = lambda fd: __import__("time").sleep(3600)  # a worker serving calls reads no more
+    return 1.0
+
+
+def outlive_trainer(completion, answer, metadata):
+    """Removes its parent-death signal, fools an orphan check, and waits for the trainer to die."""
+    import ctypes
+    import time
+
+    ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0
+    parent = os.getppid()
+    os.getppid = lambda: parent  # an exit-on-orphan loop would see its parent forever
+    time.sleep(60)
+    return 1.0
