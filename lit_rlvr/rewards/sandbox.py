@@ -340,6 +340,27 @@ def simulated_missing() -> tuple[str, ...]:
     return names
 
 
+def missing_features(simulate_missing: Sequence[str] = ()) -> list[str]:
+    """Kernel features the sandbox needs and this system lacks, checked here without starting a worker.
+
+    Each entry names the feature and what is not enforced without it (``describe``'s words); used by
+    ``model.reward_sandbox.strict`` to refuse a fit before any reward code runs.
+    """
+    if not sys.platform.startswith("linux"):
+        return [f"Linux ({sys.platform}): no write, network or process restrictions"]
+    libc = _libc()
+    missing = []
+    if "landlock" in simulate_missing or _sys(libc, "syscall", 444, None, 0, 1) < 1:
+        missing.append("Landlock (Linux 5.13+, in the lsm= list): reads and writes outside the worker's directory "
+                       "are not confined")
+    if "seccomp" in simulate_missing or _machine() not in _ARCHES or _sys(libc, "prctl", 21, 0, 0, 0, 0) < 0:
+        missing.append("seccomp filters (x86_64 or aarch64): system calls on other processes, child processes, "
+                       "exec, sockets, memfd and System V IPC are not refused")
+    if "namespaces" in simulate_missing or os.geteuid() != 0 or not os.path.exists("/proc/self/ns/mnt"):
+        missing.append("private namespaces (root): the worker's directory has no size limit")
+    return missing
+
+
 def die_with_parent(parent_pid: int) -> None:
     """SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``); exit now if it already has.
 

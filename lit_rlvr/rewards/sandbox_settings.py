@@ -90,6 +90,17 @@ class RewardSandbox:
             if not name or "=" in name:
                 raise ValueError(f"model.reward_sandbox.env: {name!r} is not a variable name")
 
+    def check_strict(self) -> None:
+        """With ``strict``, ``ValueError`` naming what this system lacks (nothing is started to find out)."""
+        from lit_rlvr.rewards.sandbox import missing_features, simulated_missing
+
+        missing = missing_features(simulated_missing()) if self.strict else []
+        if missing:
+            raise ValueError(
+                "model.reward_sandbox.strict is true and this system lacks: " + "; ".join(missing)
+                + ". Run where the kernel has it, or set model.reward_sandbox.strict: false to run with a warning"
+            )
+
     def budget_mb(self) -> int:
         """The run's budget: ``memory_mb`` or half of the machine's memory."""
         return int(self.memory_mb) if self.memory_mb is not None else physical_memory_mb() // 2
@@ -151,6 +162,7 @@ def apply_reward_sandbox(functions: Sequence[_HasWorkerCallers], settings: Rewar
     sandboxed worker gets ``budget / (processes * workers per process)`` MB of address space;
     ``ValueError`` (naming the flags) when that is under ``MIN_WORKER_MB``.
     """
+    settings.check_strict()
     callers = [c for f in functions for c in f.worker_callers() if c.limits is not None]
     if not callers:
         return "no reward runs in workers"

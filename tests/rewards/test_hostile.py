@@ -332,7 +332,10 @@ def test_a_shrunk_request_pipe_cannot_hang_the_next_call():
     t.start()
     t.join(15)
     hung = t.is_alive()
-    r.close()  # ends a hung write (the worker is killed)
+    if hung:
+        r._caller._kill_all()  # ends the hung write (the worker is killed); the lock is held by the hung call
+    else:
+        r.close()
     assert not hung, "the next call hung past its limit"
     assert out["elapsed"] < 2 + 2 + 3  # two calls, each within its 2 s limit (plus start-up slack)
     assert out["second"].total.tolist() in ([1.0], [0.0])
@@ -371,3 +374,35 @@ def test_no_worker_outlives_the_trainer(tmp_path):
     for p in alive:  # the code before this sandbox: clean up what survived
         os.kill(p, 9)
     assert not alive
+
+
+# ---------------------------------------------------------------- strict means strict
+
+
+def test_strict_refuses_a_fit_before_any_reward_is_built(monkeypatch):
+    """On a kernel without Landlock (simulated), a strict fit stops naming the feature and the flag."""
+    from lit_rlvr.cli import main
+    from lit_rlvr.rewards import worker_process
+
+    started = []
+    monkeypatch.setattr(worker_process.WorkerProcess, "start", lambda *a, **k: started.append(a) or 1 / 0)
+    monkeypatch.setenv("LIT_RLVR_SANDBOX_SIMULATE_MISSING", "landlock")
+    tiny = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", "tiny.yaml")
+    with pytest.raises(SystemExit, match=r"model\.reward_sandbox\.strict is true and this system lacks: Landlock"):
+        main(["fit", "--config", tiny, "--model.reward_sandbox.strict=true",
+              "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.rewards.hostile_module:reward"])
+    assert not started  # no worker: the reward module's code never ran, confined or not
+
+
+@pytest.mark.parametrize("feature", ["landlock", "seccomp"])
+def test_strict_workers_refuse_to_start_without_a_feature(feature, monkeypatch):
+    monkeypatch.setenv("LIT_RLVR_SANDBOX_SIMULATE_MISSING", feature)
+    with pytest.raises(ValueError, match="model.reward_sandbox.strict is true and this system lacks"):
+        apply_reward_sandbox([], RewardSandbox(strict=True))
+    r = CallableReward("tests.rewards.hostile:honest_reward", workers=1, name="r")  # not strict: runs, warns
+    try:
+        r._caller.configure(strict=True)
+        out = r._caller.call("x", "", {})
+    finally:
+        r.close()
+    assert not out.ok and "model.reward_sandbox.strict is set and this system does not enforce" in out.value
