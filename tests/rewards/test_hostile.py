@@ -353,7 +353,9 @@ def test_no_worker_outlives_the_trainer(tmp_path):
         "from lit_rlvr.rewards import CallableReward, RewardScorer\n"
         "r = CallableReward('tests.rewards.hostile:outlive_trainer', timeout_s=60, workers=1)\n"
         "threading.Thread(target=RewardScorer([r]).score, args=(['x'], [''], [{}]), daemon=True).start()\n"
-        "time.sleep(2)\n"
+        "while not r._caller.calls:\n"  # scoring imports torch first: seconds under load
+        "    time.sleep(0.1)\n"
+        "time.sleep(1.5)\n"
         "def tree(pid):\n"
         "    kids = []\n"
         "    for t in os.listdir(f'/proc/{pid}/task'):\n"
