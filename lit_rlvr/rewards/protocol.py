@@ -19,7 +19,7 @@ control pipe, ``result`` from a call's child on the reply pipe):
 * ``{"kind": "done", "code": int, "consumed": bool}``: a call's process ended
   (its exit code; whether it had read its whole request and its directory was emptied);
 * ``{"kind": "result", "i": int, "ok": bool, "value": scalar, "error": str,
-  "cpu_s": float, "retire": bool}``: one call's outcome; ``value`` is a plain
+  "cpu_s": float}``: one call's outcome; ``value`` is a plain
   scalar (``None``, bool, int, float, or a string of at most ``MAX_TEXT`` characters).
 
 Frames: a 4-byte big-endian unsigned length, then the payload.
@@ -58,7 +58,6 @@ class Result:
     value: Any
     error: str
     cpu_s: float
-    retire: bool
 
 
 # --------------------------------------------------------------------------- frames
@@ -180,16 +179,16 @@ def decode(payload: bytes) -> tuple[str, Any]:
         raise ProtocolError("a reply is not an object")
     kind = msg.get("kind")
     if kind == "result":
-        _keys(msg, {"kind", "i", "ok", "value", "error", "cpu_s", "retire"})
+        _keys(msg, {"kind", "i", "ok", "value", "error", "cpu_s"})
         i, ok, value, error = msg["i"], msg["ok"], msg["value"], msg["error"]
-        if type(i) is not int or type(ok) is not bool or type(msg["retire"]) is not bool:
+        if type(i) is not int or type(ok) is not bool:
             raise ProtocolError("a result with a wrong field type")
         if not (value is None or type(value) in (bool, int, float) or (type(value) is str and len(value) <= MAX_TEXT)):
             raise ProtocolError("a result value that is not a number or a short string")
         cpu = msg["cpu_s"]
         if type(cpu) not in (int, float) or not math.isfinite(cpu):
             raise ProtocolError("a result with a wrong cpu_s")
-        return kind, Result(i, ok, value, clean_text(_text(error)), float(cpu), msg["retire"])
+        return kind, Result(i, ok, value, clean_text(_text(error)), float(cpu))
     if kind == "ready":
         _keys(msg, {"kind", "report"})
         report = msg["report"]

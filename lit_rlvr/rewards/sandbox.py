@@ -57,7 +57,7 @@ class SandboxLimits:
     address_space_mb: int = 8192
     """Virtual memory (``RLIMIT_AS``); an allocation beyond it raises ``MemoryError``."""
     cpu_seconds: int = 3600
-    """CPU time over the worker's life (``RLIMIT_CPU``); the worker retires at half of it."""
+    """CPU time of each process (``RLIMIT_CPU``): the zygote, and each call's own process afresh."""
     open_files: int = 256
     """Open file descriptors (``RLIMIT_NOFILE``)."""
     file_size_mb: int = 1024

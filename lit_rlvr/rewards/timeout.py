@@ -1,41 +1,50 @@
-"""A pool of sandboxed worker processes that run calls under a hard per-call time limit.
+"""A pool of sandboxed workers that run each call in a fresh process under a hard per-call time limit.
 
 Reward code can hang (sympy on ``9**9**9**9``, a regex on a 50 kB completion)
 and can run the completion as code. ``signal.alarm`` cannot bound it (it only
 works in the main thread, and Lightning may score elsewhere), so
 ``TimeLimitedCaller`` runs the function in worker subprocesses that sandbox
-themselves (``worker.py``, ``sandbox.py``) and waits for them with a deadline. A
-call that overruns is reported as a timeout and its worker is killed; a fresh
-worker replaces it when there is work left.
+themselves (``worker.py``, ``sandbox.py``) and waits for them with a deadline.
 
 Design notes:
 
-* **Replies are data** (``protocol``): the trainer reads a worker's reply pipe
-  itself, non-blocking, as length-prefixed JSON frames checked field by field.
-  No ``pickle.loads``, ``Connection.recv()`` or multiprocessing object transfer
-  ever reads bytes a worker wrote; garbage, an oversized or half-written reply
-  fails that item (scored 0, counted) and the worker is killed.
-* **A clean worker**: started with ``subprocess`` (a fresh interpreter, never a
-  fork of the trainer, so none of its memory or environment), an allow-listed
-  environment (``sandbox_settings.worker_env``), a private empty working
-  directory, stdin on ``/dev/null``, and stdout/stderr on a pipe that the
-  trainer relays to its log with a prefix, escaped and rate limited
-  (``OutputRelay``), never raw to the terminal. The function is named by import
-  path and imported inside the sandbox.
-* A batch is spread over up to ``workers`` processes, one item in flight per
-  worker, so a hanging item costs its limit once while the other workers go
-  on. Each item's deadline is ``timeout_s`` from when it was sent.
-* The parent waits on all the pipes at once in the calling thread, so signal
-  handlers run at once: a handler that raises (Ctrl-C, a SIGTERM handler that
-  exits) interrupts the batch; the workers of an interrupted batch are killed
-  so no late result reaches the next one.
+* **A fresh process per call** (``worker.py``): each worker is a zygote, a fresh
+  interpreter (``subprocess``, never a fork of the trainer, so none of its memory
+  or environment) that confines itself, imports the reward's modules and then
+  forks one child per call; the child confines itself further before it reads
+  its request, answers once and exits, and the zygote empties the working
+  directory before the next. Nothing one call does reaches another call.
+* **Deadlines cover the whole call**: the request is written non-blocking as the
+  pipe takes it, and the wait for the answer and for the end of the call's
+  process are all under the call's deadline (``timeout_s`` from dispatch; the
+  process gets at least ``_END_GRACE_S`` after its answer to exit). A call that
+  overruns scores a timeout and its worker is killed; a fresh one replaces it
+  when there is work left.
+* **Replies are data** (``protocol``): the trainer reads the reply and control
+  pipes itself, non-blocking, as length-prefixed JSON frames checked field by
+  field. No ``pickle.loads``, ``Connection.recv()`` or multiprocessing object
+  transfer ever reads bytes a worker wrote; garbage, an oversized or half-written
+  reply fails that item (scored 0, counted) and the worker is killed.
+* **A clean environment**: an allow-listed environment
+  (``sandbox_settings.worker_env``), a private empty working directory, stdin on
+  ``/dev/null``, its own session, and stdout/stderr on a pipe that the trainer
+  relays to its log with a prefix, escaped and rate limited (``OutputRelay``),
+  never raw to the terminal. The function is named by import path and imported
+  inside the sandbox.
+* A batch is spread over up to ``workers`` zygotes, one item in flight per
+  zygote, so a hanging item costs its limit once while the other workers go on.
+* The parent waits on all the pipes at once (``poll``) in the calling thread, so
+  signal handlers run at once: a handler that raises (Ctrl-C, a SIGTERM handler
+  that exits) interrupts the batch; the workers of an interrupted batch are
+  killed so no late result reaches the next one.
 * Workers are started lazily, in parallel, and are ready (sandboxed, function
   imported, ``preload`` imported, warm-up call done) before any deadline
   starts, so start-up time is never charged to a call.
-* Thread-safe: one lock serialises batches. Workers ignore SIGINT, exit when
-  the trainer dies, and are killed at interpreter exit; their working
-  directories are removed with them, and those left by a trainer that was
-  killed are removed when the next one starts.
+* Thread-safe: one lock serialises batches. Workers ignore SIGINT, are killed by
+  the kernel when the trainer dies (parent-death signal, which they cannot
+  remove) and at interpreter exit; their working directories are removed with
+  them, and those left by a trainer that was killed are removed when the next
+  one starts.
 """
 
 from __future__ import annotations

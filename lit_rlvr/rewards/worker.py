@@ -1,12 +1,19 @@
-"""The reward worker process: sandbox itself, import the function, answer calls one at a time.
+"""The reward worker: a zygote that confines itself, imports the function, and forks one process per call.
 
-Started by ``TimeLimitedCaller`` as ``python -m lit_rlvr.rewards.worker REQ_FD
-REPLY_FD`` with a clean environment, stdin on ``/dev/null`` and stdout/stderr on
-a pipe the trainer relays to its log. It reads its set-up (pickled by the
-trainer) from the request pipe, confines itself (``sandbox.apply_sandbox``) while
-it still has one thread, and only then imports the reward's module and runs it:
-a reward module's top-level code never runs in the trainer. Replies follow
-``protocol`` (JSON data, never pickles).
+Started by ``TimeLimitedCaller`` (``worker_process``) as a fresh interpreter with
+``REQ_FD REPLY_FD CTL_FD``, a clean environment, stdin on ``/dev/null`` and
+stdout/stderr on a pipe the trainer relays to its log. The zygote reads its set-up
+(pickled by the trainer) from the request pipe, sets its parent-death signal,
+confines itself (``sandbox.apply_sandbox``, fork still allowed) while it has one
+thread, and only then imports the reward's module (and preloads, and runs the
+warm-up): a reward module's top-level code never runs in the trainer, nor
+unconfined. Then, forever: it forks a child, which sets its own parent-death
+signal and seccomp filter (``sandbox.confine_call``: no fork, process-id calls on
+itself only) *before* it reads its one request, answers it on the reply pipe and
+exits; the zygote waits for it, empties the working directory, and reports
+``done`` on the control pipe, which calls never hold. So nothing one call does
+(patched modules, files, threads, memory) reaches the next. Replies and control
+messages follow ``protocol`` (JSON data, never pickles).
 
 Also ``resolve_callable`` (import paths, with the launch directory as a
 fallback root), which the worker uses and the tests check.
@@ -14,6 +21,7 @@ fallback root), which the worker uses and the tests check.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -139,7 +147,7 @@ def _answer_once(req: int, rep: int, got: int, fn: Callable[..., Any]) -> None:
     except BaseException as e:  # noqa: BLE001 - the item fails; SystemExit and the like too
         ok, error = False, error_summary(e)
     times = os.times()
-    _send(rep, "result", i=i, ok=ok, value=value, error=error, cpu_s=times.user + times.system, retire=False)
+    _send(rep, "result", i=i, ok=ok, value=value, error=error, cpu_s=times.user + times.system)
 
 
 def _child(req: int, rep: int, got: int, fn: Callable[..., Any], zygote: int, confined: bool) -> None:
@@ -182,6 +190,8 @@ def _empty(directory: str) -> bool:
 def _zygote(req: int, rep: int, ctl: int, fn: Callable[..., Any], workdir: Optional[str], confined: bool) -> None:
     """Fork one child per call (``_child``), wait for it, clean up after it, report ``done``; forever."""
     me = os.getpid()
+    gc.collect()
+    gc.freeze()  # the zygote's objects stay out of the children's collections: their pages are not copied
     while True:
         got_r, got_w = os.pipe()  # the child says here that it read its whole request
         pid = os.fork()
