@@ -406,8 +406,12 @@ class TimeLimitedCaller:
                     w.answered = True
                     w.deadline = max(w.deadline, time.monotonic() + _END_GRACE_S)
                     break
-            except ProtocolError as e:
-                self._protocol_error(w, str(e), queue, results)
+            except ProtocolError as e:  # the call's own process wrote it: that call fails, the zygote goes on
+                self.protocol_errors += 1
+                message = f"a reward call sent a malformed reply ({e})"
+                log.warning("%r: %s", self, message)
+                results[w.item] = CallOutcome(False, message, False)
+                w.answered = True  # the rest it writes is dropped; its process ends, or the deadline kills it
 
     def _read_control(self, w: WorkerProcess, queue: deque, results: list) -> None:
         """What the zygote wrote: ``ready``/``init_error`` at start, ``done`` after each call."""

@@ -27,6 +27,14 @@ def report():
     r.close()
 
 
+@pytest.fixture(scope="module")
+def rg():
+    """One reasoning-gym reward for the whole module: every call runs in a fresh process anyway."""
+    r = ReasoningGymReward(extraction="full", timeout_s=30, workers=1, name="rg")
+    yield r
+    r.close()
+
+
 def marker(tmp_path, what):
     """A path that only the trainer's process would create (it carries the trainer's pid)."""
     return str(tmp_path / f"{what}-trainer-{os.getpid()}")
@@ -68,7 +76,7 @@ def test_a_malformed_reply_is_a_failed_reward(fn):
 
 
 @pytest.mark.parametrize("task", EVALUATING_TASKS)
-def test_code_in_model_output_cannot_reach_the_trainer(task, tmp_path, report):
+def test_code_in_model_output_cannot_reach_the_trainer(task, tmp_path, report, rg):
     """The answer a scorer evaluates forges a reply and writes outside: neither works."""
     entry = reasoning_gym.create_dataset(task, size=1, seed=0)[0]
     unpickled = marker(tmp_path, "unpickled")
@@ -84,12 +92,8 @@ def test_code_in_model_output_cannot_reach_the_trainer(task, tmp_path, report):
         f"open({outside!r}, 'w').write('escaped')\n"
     )
     answer = payload_answer(task, entry, f"__import__('builtins').exec({code!r})")
-    r = ReasoningGymReward(extraction="full", timeout_s=30, workers=1, name="rg")
-    try:
-        res = RewardScorer([r]).score([answer], [entry["answer"]], [entry["metadata"]])
-        again = RewardScorer([r]).score([str(entry["answer"])], [entry["answer"]], [entry["metadata"]])
-    finally:
-        r.close()
+    res = RewardScorer([rg]).score([answer], [entry["answer"]], [entry["metadata"]])
+    again = RewardScorer([rg]).score([str(entry["answer"])], [entry["answer"]], [entry["metadata"]])
     assert not os.path.exists(unpickled)
     assert (res.total.tolist(), res.errors) == ([0.0], 1)  # the forged frame failed the item
     assert again.errors == 0 and again.total.tolist()[0] > 0  # scoring goes on
@@ -228,17 +232,15 @@ def _restore_core_limit(limit: tuple[int, int]) -> bool:
     return now == limit
 
 
-def test_model_output_cannot_change_the_trainers_limits(report):
+def test_model_output_cannot_change_the_trainers_limits(report, rg):
     """An answer that reasoning-gym's scorer evaluates sets the trainer's core-file limit through prlimit."""
     task = "simple_integration"
     entry = reasoning_gym.create_dataset(task, size=1, seed=0)[0]
     code, before = _core_limit_attack()
-    r = ReasoningGymReward(extraction="full", timeout_s=30, workers=1, name="rg")
     try:
-        res = RewardScorer([r]).score([payload_answer(task, entry, f"__import__('builtins').exec({code!r})")],
-                                      [entry["answer"]], [entry["metadata"]])
+        res = RewardScorer([rg]).score([payload_answer(task, entry, f"__import__('builtins').exec({code!r})")],
+                                       [entry["answer"]], [entry["metadata"]])
     finally:
-        r.close()
         unchanged = _restore_core_limit(before)
     assert res.total.tolist() == [0.0]
     if not report["processes"]:
@@ -350,10 +352,10 @@ def test_no_worker_outlives_the_trainer(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = (
         "import os, threading, time\n"
-        "from lit_rlvr.rewards import CallableReward, RewardScorer\n"
+        "from lit_rlvr.rewards import CallableReward\n"
         "r = CallableReward('tests.rewards.hostile:outlive_trainer', timeout_s=60, workers=1)\n"
-        "threading.Thread(target=RewardScorer([r]).score, args=(['x'], [''], [{}]), daemon=True).start()\n"
-        "while not r._caller.calls:\n"  # scoring imports torch first: seconds under load
+        "threading.Thread(target=r.score_batch, args=(['x'], [''], [{}]), daemon=True).start()\n"
+        "while not r._caller.calls:\n"
         "    time.sleep(0.1)\n"
         "time.sleep(1.5)\n"
         "def tree(pid):\n"
