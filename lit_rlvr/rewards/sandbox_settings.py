@@ -76,7 +76,8 @@ class RewardSandbox:
     read_paths: list[str] = field(default_factory=list)
     """Extra files or directories workers may read (e.g. a verifier's data files outside site-packages)."""
     strict: bool = False
-    """Refuse to start when part of the confinement is not available on this system (instead of a warning)."""
+    """Refuse to start when part of the confinement is not available on this system (instead of a warning):
+    a fit checks the kernel before it builds any reward, and names what is missing."""
 
     def __post_init__(self) -> None:
         if self.memory_mb is not None and self.memory_mb < MIN_WORKER_MB:

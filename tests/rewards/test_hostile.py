@@ -410,3 +410,19 @@ def test_strict_workers_refuse_to_start_without_a_feature(feature, monkeypatch):
     finally:
         r.close()
     assert not out.ok and "model.reward_sandbox.strict is set and this system does not enforce" in out.value
+
+
+@pytest.mark.parametrize("feature", ["landlock", "seccomp", "namespaces"])
+def test_without_a_kernel_feature_calls_still_leave_nothing_for_the_next(feature, monkeypatch):
+    """The missing path (simulated): the feature is reported missing; a fresh process per call still holds."""
+    monkeypatch.setenv("LIT_RLVR_SANDBOX_SIMULATE_MISSING", feature)
+    patching = CallableReward("tests.rewards.hostile:patching_reward", timeout_s=10, workers=1, name="p")
+    leftovers = CallableReward("tests.rewards.hostile:leftovers_reward", timeout_s=10, workers=1, name="l")
+    scorer = RewardScorer([patching, leftovers])
+    try:
+        res = scorer.score(["patch", "wrong", "leave", "look"], [""] * 4, [{}] * 4)
+        missing = " ".join(patching._caller.sandbox["missing"])
+    finally:
+        scorer.close()
+    assert res.components["p"].tolist()[:2] == [0.0, 0.0] and res.components["l"].tolist()[2:] == [0.0, 0.0]
+    assert {"landlock": "Landlock", "seccomp": "seccomp", "namespaces": "size is NOT limited"}[feature] in missing
