@@ -101,6 +101,7 @@ class LitRLVRCLI(LightningCLI):
         _fail_if(error)
         for notice in notices:
             _notice(notice)
+        _fail_if(_strict_sandbox_error(config.get("model")))
         ckpt_path = config.get("ckpt_path")
         if self.subcommand == "fit" and isinstance(ckpt_path, str) and os.path.exists(ckpt_path):
             _fail_if(resume_mismatch(ckpt_path, config.as_dict() if hasattr(config, "as_dict") else dict(config)))
@@ -152,6 +153,24 @@ def _missing_gpu(accelerator: str) -> Optional[str]:
 
 
 @rank_zero_only
+def _strict_sandbox_error(model: Any) -> Optional[str]:
+    """With ``model.reward_sandbox.strict``, what this kernel lacks, before any reward (and its code) is built."""
+    from lit_rlvr.rewards.sandbox_settings import RewardSandbox
+
+    def get(node: Any, key: str) -> Any:
+        return node.get(key) if hasattr(node, "get") else None
+
+    settings = get(get(model, "init_args"), "reward_sandbox") or get(model, "reward_sandbox")
+    settings = get(settings, "init_args") or settings
+    if not get(settings, "strict"):
+        return None
+    try:
+        RewardSandbox(strict=True).check_strict()
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _notice(text: str) -> None:
     print(f"lit-rlvr: note: {text}", file=sys.stderr)
 

@@ -11,6 +11,7 @@ the ratio. Worker start-up is reported separately (it is paid once per worker).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import statistics
 import time
@@ -38,18 +39,28 @@ def main() -> None:
         print(f"{name}: {c.workers} workers ready in {time.perf_counter() - t0:.2f} s")
     times: dict[str, list[float]] = {name: [] for name in callers}
     times["in-process"] = []
+    values: set[str] = set()
     for _ in range(args.rounds):
         for name, c in callers.items():
             t0 = time.perf_counter()
             out = c.call_many(items)
             times[name].append(time.perf_counter() - t0)
             assert all(o.ok for o in out), out[:3]
+            values.add(hashlib.sha256(repr([o.value for o in out]).encode()).hexdigest()[:16])
         t0 = time.perf_counter()
         for it in items:
             score_reasoning_gym(*it)
         times["in-process"].append(time.perf_counter() - t0)
+    one = callers["sandboxed"]
+    single = []
+    for it in items[:20]:  # one call at a time: the latency of a single sandboxed call
+        t0 = time.perf_counter()
+        assert one.call(*it).ok
+        single.append(time.perf_counter() - t0)
     for c in callers.values():
         c.close()
+    print(f"reward values of every batch (sha256 of their repr): {sorted(values)}")
+    print(f"one sandboxed call at a time: median {statistics.median(single) * 1000:.2f} ms")
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"load average {open('/proc/loadavg').read().split()[:3]}, {os.cpu_count()} CPUs, {args.rounds} alternating rounds of {args.batch} calls")
     for k, v in med.items():

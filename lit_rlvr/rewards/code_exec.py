@@ -9,9 +9,9 @@ of ``builtins``, stdin/stdout redirected to in-memory buffers (stdout capped),
 under a per-test deadline (``SIGALRM`` raising in the worker's main thread), and
 with the worker's address space lowered to ``memory_mb``. The caller's
 ``timeout_s`` kills the worker when a program defeats the per-test deadline (a
-C call that never checks signals, a handler reset). Every worker answers one call
-and is then killed by the trainer (``retire_after_call``), so nothing one
-rollout's program does to its process reaches another rollout. See
+C call that never checks signals, a handler reset). Every call runs in its own
+process, forked from a clean zygote and gone after its answer (``worker.py``), so
+nothing one rollout's program does to its process reaches another rollout. See
 ``docs/code_reward.md``.
 """
 
@@ -178,7 +178,7 @@ def run_tests(
     program cannot read the expected output or forge a pass for these tests.
 
     Lowers the worker's ``RLIMIT_AS`` to ``memory_mb`` (soft and hard: the worker
-    is retired after this call) and stops starting tests once ``budget_s`` has
+    is its own process, gone after this call) and stops starting tests once ``budget_s`` has
     passed (the rest are ``S``), so a partial score comes back before the caller's
     hard limit.
     """
@@ -288,7 +288,7 @@ class CodeExecutionReward(WorkerReward):
         self.mode, self.extraction = mode, extraction
         self.per_test_timeout_s, self.timeout_s = float(per_test_timeout_s), float(timeout_s)
         self.memory_mb, self.max_output_chars = int(memory_mb), int(max_output_chars)
-        self._caller = TimeLimitedCaller(run_tests, self.timeout_s, workers=workers, retire_after_call=True)
+        self._caller = TimeLimitedCaller(run_tests, self.timeout_s, workers=workers)
 
     def _args(self, completion: str, metadata: dict[str, Any]) -> Optional[tuple]:
         tests = [{"code": t["code"]} if "code" in t else {"input": t.get("input", "")} for t in _check_tests(metadata.get("tests"))]

@@ -10,13 +10,16 @@ fails (scored 0 and counted) and the worker is killed. Requests (the trainer's
 own data: completions, answers, metadata) flow only from the trainer to the
 worker, so they stay pickles; the worker never writes into that pipe.
 
-Replies (``kind`` first):
+Replies (``kind`` first; ``ready``, ``init_error`` and ``done`` come from the zygote on its
+control pipe, ``result`` from a call's child on the reply pipe):
 
 * ``{"kind": "ready", "report": {...}}``: the sandbox report, string fields only;
 * ``{"kind": "init_error", "error": str}``: the worker could not start (e.g. the
   reward module failed to import inside the sandbox);
+* ``{"kind": "done", "code": int, "consumed": bool}``: a call's process ended
+  (its exit code; whether it had read its whole request and its directory was emptied);
 * ``{"kind": "result", "i": int, "ok": bool, "value": scalar, "error": str,
-  "cpu_s": float, "retire": bool}``: one call's outcome; ``value`` is a plain
+  "cpu_s": float}``: one call's outcome; ``value`` is a plain
   scalar (``None``, bool, int, float, or a string of at most ``MAX_TEXT`` characters).
 
 Frames: a 4-byte big-endian unsigned length, then the payload.
@@ -38,7 +41,8 @@ MAX_REPLY_BYTES = 16384
 MAX_TEXT = 1000
 """Longest string (error message, string value) a reply may carry."""
 _HEADER = struct.Struct("!I")
-_REPORT_KEYS = {"workdir": str, "limits": str, "filesystem": str, "network": str, "processes": str, "reads": str}
+_REPORT_KEYS = {"workdir": str, "limits": str, "filesystem": str, "network": str, "processes": str, "reads": str,
+                "workdir_size": str}
 
 
 class ProtocolError(ValueError):
@@ -54,7 +58,6 @@ class Result:
     value: Any
     error: str
     cpu_s: float
-    retire: bool
 
 
 # --------------------------------------------------------------------------- frames
@@ -109,6 +112,14 @@ def _read_exactly(fd: int, n: int) -> Optional[bytes]:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def write_some(fd: int, data: bytes) -> bytes:
+    """Write what a non-blocking pipe takes now; returns the rest (``OSError`` when the reader is gone)."""
+    try:
+        return data[os.write(fd, data):]
+    except BlockingIOError:
+        return data
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -168,16 +179,16 @@ def decode(payload: bytes) -> tuple[str, Any]:
         raise ProtocolError("a reply is not an object")
     kind = msg.get("kind")
     if kind == "result":
-        _keys(msg, {"kind", "i", "ok", "value", "error", "cpu_s", "retire"})
+        _keys(msg, {"kind", "i", "ok", "value", "error", "cpu_s"})
         i, ok, value, error = msg["i"], msg["ok"], msg["value"], msg["error"]
-        if type(i) is not int or type(ok) is not bool or type(msg["retire"]) is not bool:
+        if type(i) is not int or type(ok) is not bool:
             raise ProtocolError("a result with a wrong field type")
         if not (value is None or type(value) in (bool, int, float) or (type(value) is str and len(value) <= MAX_TEXT)):
             raise ProtocolError("a result value that is not a number or a short string")
         cpu = msg["cpu_s"]
         if type(cpu) not in (int, float) or not math.isfinite(cpu):
             raise ProtocolError("a result with a wrong cpu_s")
-        return kind, Result(i, ok, value, clean_text(_text(error)), float(cpu), msg["retire"])
+        return kind, Result(i, ok, value, clean_text(_text(error)), float(cpu))
     if kind == "ready":
         _keys(msg, {"kind", "report"})
         report = msg["report"]
@@ -192,6 +203,11 @@ def decode(payload: bytes) -> tuple[str, Any]:
             raise ProtocolError("a sandbox report with a wrong 'missing' list")
         out["missing"] = [clean_text(_text(m)) for m in missing]
         return kind, out
+    if kind == "done":
+        _keys(msg, {"kind", "code", "consumed"})
+        if type(msg["code"]) is not int or type(msg["consumed"]) is not bool:
+            raise ProtocolError("a 'done' with a wrong field type")
+        return kind, (msg["code"], msg["consumed"])
     if kind == "init_error":
         _keys(msg, {"kind", "error"})
         return kind, clean_text(_text(msg["error"]))

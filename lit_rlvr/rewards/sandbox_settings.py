@@ -76,7 +76,8 @@ class RewardSandbox:
     read_paths: list[str] = field(default_factory=list)
     """Extra files or directories workers may read (e.g. a verifier's data files outside site-packages)."""
     strict: bool = False
-    """Refuse to start when part of the confinement is not available on this system (instead of a warning)."""
+    """Refuse to start when part of the confinement is not available on this system (instead of a warning):
+    a fit checks the kernel before it builds any reward, and names what is missing."""
 
     def __post_init__(self) -> None:
         if self.memory_mb is not None and self.memory_mb < MIN_WORKER_MB:
@@ -89,6 +90,17 @@ class RewardSandbox:
         for name in self.env:
             if not name or "=" in name:
                 raise ValueError(f"model.reward_sandbox.env: {name!r} is not a variable name")
+
+    def check_strict(self) -> None:
+        """With ``strict``, ``ValueError`` naming what this system lacks (nothing is started to find out)."""
+        from lit_rlvr.rewards.sandbox import missing_features, simulated_missing
+
+        missing = missing_features(simulated_missing()) if self.strict else []
+        if missing:
+            raise ValueError(
+                "model.reward_sandbox.strict is true and this system lacks: " + "; ".join(missing)
+                + ". Run where the kernel has it, or set model.reward_sandbox.strict: false to run with a warning"
+            )
 
     def budget_mb(self) -> int:
         """The run's budget: ``memory_mb`` or half of the machine's memory."""
@@ -151,6 +163,7 @@ def apply_reward_sandbox(functions: Sequence[_HasWorkerCallers], settings: Rewar
     sandboxed worker gets ``budget / (processes * workers per process)`` MB of address space;
     ``ValueError`` (naming the flags) when that is under ``MIN_WORKER_MB``.
     """
+    settings.check_strict()
     callers = [c for f in functions for c in f.worker_callers() if c.limits is not None]
     if not callers:
         return "no reward runs in workers"

@@ -1,41 +1,50 @@
-"""A pool of sandboxed worker processes that run calls under a hard per-call time limit.
+"""A pool of sandboxed workers that run each call in a fresh process under a hard per-call time limit.
 
 Reward code can hang (sympy on ``9**9**9**9``, a regex on a 50 kB completion)
 and can run the completion as code. ``signal.alarm`` cannot bound it (it only
 works in the main thread, and Lightning may score elsewhere), so
 ``TimeLimitedCaller`` runs the function in worker subprocesses that sandbox
-themselves (``worker.py``, ``sandbox.py``) and waits for them with a deadline. A
-call that overruns is reported as a timeout and its worker is killed; a fresh
-worker replaces it when there is work left.
+themselves (``worker.py``, ``sandbox.py``) and waits for them with a deadline.
 
 Design notes:
 
-* **Replies are data** (``protocol``): the trainer reads a worker's reply pipe
-  itself, non-blocking, as length-prefixed JSON frames checked field by field.
-  No ``pickle.loads``, ``Connection.recv()`` or multiprocessing object transfer
-  ever reads bytes a worker wrote; garbage, an oversized or half-written reply
-  fails that item (scored 0, counted) and the worker is killed.
-* **A clean worker**: started with ``subprocess`` (a fresh interpreter, never a
-  fork of the trainer, so none of its memory or environment), an allow-listed
-  environment (``sandbox_settings.worker_env``), a private empty working
-  directory, stdin on ``/dev/null``, and stdout/stderr on a pipe that the
-  trainer relays to its log with a prefix, escaped and rate limited
-  (``OutputRelay``), never raw to the terminal. The function is named by import
-  path and imported inside the sandbox.
-* A batch is spread over up to ``workers`` processes, one item in flight per
-  worker, so a hanging item costs its limit once while the other workers go
-  on. Each item's deadline is ``timeout_s`` from when it was sent.
-* The parent waits on all the pipes at once in the calling thread, so signal
-  handlers run at once: a handler that raises (Ctrl-C, a SIGTERM handler that
-  exits) interrupts the batch; the workers of an interrupted batch are killed
-  so no late result reaches the next one.
+* **A fresh process per call** (``worker.py``): each worker is a zygote, a fresh
+  interpreter (``subprocess``, never a fork of the trainer, so none of its memory
+  or environment) that confines itself, imports the reward's modules and then
+  forks one child per call; the child confines itself further before it reads
+  its request, answers once and exits, and the zygote empties the working
+  directory before the next. Nothing one call does reaches another call.
+* **Deadlines cover the whole call**: the request is written non-blocking as the
+  pipe takes it, and the wait for the answer and for the end of the call's
+  process are all under the call's deadline (``timeout_s`` from dispatch; the
+  process gets at least ``_END_GRACE_S`` after its answer to exit). A call that
+  overruns scores a timeout and its worker is killed; a fresh one replaces it
+  when there is work left.
+* **Replies are data** (``protocol``): the trainer reads the reply and control
+  pipes itself, non-blocking, as length-prefixed JSON frames checked field by
+  field. No ``pickle.loads``, ``Connection.recv()`` or multiprocessing object
+  transfer ever reads bytes a worker wrote; garbage, an oversized or half-written
+  reply fails that item (scored 0, counted) and the worker is killed.
+* **A clean environment**: an allow-listed environment
+  (``sandbox_settings.worker_env``), a private empty working directory, stdin on
+  ``/dev/null``, its own session, and stdout/stderr on a pipe that the trainer
+  relays to its log with a prefix, escaped and rate limited (``OutputRelay``),
+  never raw to the terminal. The function is named by import path and imported
+  inside the sandbox.
+* A batch is spread over up to ``workers`` zygotes, one item in flight per
+  zygote, so a hanging item costs its limit once while the other workers go on.
+* The parent waits on all the pipes at once (``poll``) in the calling thread, so
+  signal handlers run at once: a handler that raises (Ctrl-C, a SIGTERM handler
+  that exits) interrupts the batch; the workers of an interrupted batch are
+  killed so no late result reaches the next one.
 * Workers are started lazily, in parallel, and are ready (sandboxed, function
   imported, ``preload`` imported, warm-up call done) before any deadline
   starts, so start-up time is never charged to a call.
-* Thread-safe: one lock serialises batches. Workers ignore SIGINT, exit when
-  the trainer dies, and are killed at interpreter exit; their working
-  directories are removed with them, and those left by a trainer that was
-  killed are removed when the next one starts.
+* Thread-safe: one lock serialises batches. Workers ignore SIGINT, are killed by
+  the kernel when the trainer dies (parent-death signal, which they cannot
+  remove) and at interpreter exit; their working directories are removed with
+  them, and those left by a trainer that was killed are removed when the next
+  one starts.
 """
 
 from __future__ import annotations
@@ -43,20 +52,21 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import math
 import os
 import pickle
+import select
 import shutil
 import threading
 import time
 import weakref
 from collections import deque
-from multiprocessing.connection import wait as wait_for
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 from lit_rlvr.rewards import protocol
 from lit_rlvr.rewards.output_relay import OutputRelay
 from lit_rlvr.rewards.protocol import ProtocolError, error_summary
-from lit_rlvr.rewards.sandbox import SandboxLimits, describe
+from lit_rlvr.rewards.sandbox import SandboxLimits, describe, simulated_missing
 from lit_rlvr.rewards.sandbox_settings import default_workers, read_roots, worker_env
 from lit_rlvr.rewards.worker import import_path_of, module_of, resolve_callable
 from lit_rlvr.rewards.workdirs import new_workdir, remove_stale_workdirs
@@ -70,6 +80,8 @@ FnSpec = Union[str, Callable[..., Any]]
 
 DEFAULT_TIMEOUT_S = 10.0
 """Default per-call limit of every reward that runs in workers."""
+_END_GRACE_S = 1.0
+"""After its answer, how long a call's process may take to end (at least; else the call is a timeout)."""
 
 _LIVE_CALLERS: "weakref.WeakSet[TimeLimitedCaller]" = weakref.WeakSet()
 _SANDBOX_LOGGED = False
@@ -117,10 +129,6 @@ class TimeLimitedCaller:
             ``SandboxLimits`` with those limits; ``False`` runs them unconfined
             in the current directory with the trainer's environment (for
             trusted code that needs the network or credentials).
-        retire_after_call: kill each worker once it answered a call, so the
-            next call runs in a fresh process (for calls that run untrusted
-            code, e.g. ``CodeExecutionReward``: nothing one call does to the
-            worker can reach another call). The trainer decides, not the worker.
     """
 
     def __init__(
@@ -132,7 +140,6 @@ class TimeLimitedCaller:
         startup_timeout_s: float = 120.0,
         workers: Optional[int] = None,
         sandbox: Union[bool, SandboxLimits] = True,
-        retire_after_call: bool = False,
     ) -> None:
         if not (isinstance(fn, str) or callable(fn)):
             raise TypeError(f"fn must be an import path or a callable, got {type(fn).__name__}")
@@ -150,7 +157,6 @@ class TimeLimitedCaller:
         self.warmup = tuple(warmup) if warmup is not None else None
         self.startup_timeout_s = float(startup_timeout_s)
         self.workers = workers
-        self.retire_after_call = bool(retire_after_call)
         self.limits: Optional[SandboxLimits] = (
             sandbox if isinstance(sandbox, SandboxLimits) else SandboxLimits() if sandbox else None
         )
@@ -327,7 +333,7 @@ class TimeLimitedCaller:
             self._wait(waiting, queue, results)
             now = time.monotonic()
             for w in [w for w in waiting if w in self._slots and w.deadline <= now]:
-                if w.item is not None:
+                if w.item is not None:  # no answer, or its process did not end: 0, counted
                     self.timeouts += 1
                     log.debug("%r: a call exceeded %.3g s; killing worker %s", self, self.timeout_s, w.proc.pid)
                     results[w.item] = CallOutcome(False, None, True)
@@ -337,15 +343,26 @@ class TimeLimitedCaller:
                     self._fail(queue, results, f"reward worker was not ready within {self.startup_timeout_s:.0f} s")
 
     def _wait(self, waiting: list[WorkerProcess], queue: deque, results: list) -> None:
-        """Wait (at most until the nearest deadline) and handle what the workers wrote."""
+        """Wait (at most until the nearest deadline) and handle what the workers wrote or can take."""
         timeout = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
-        owner = {fd: w for w in waiting for fd in w.fds()}
-        for fd in wait_for(list(owner), timeout):
+        poll, owner = select.poll(), {}
+        for w in waiting:
+            for fd in w.fds():
+                poll.register(fd, select.POLLIN)
+                owner[fd] = w
+            if w.pending:
+                poll.register(w.req, select.POLLOUT)
+                owner[w.req] = w
+        for fd, _ in poll.poll(math.ceil(timeout * 1000)):
             w = owner[fd]
             if w not in self._slots:
                 continue
-            if fd == w.out:
+            if fd == w.req:
+                w.write()
+            elif fd == w.out:
                 w.relay_output(self._relay)
+            elif fd == w.ctl:
+                self._read_control(w, queue, results)
             else:
                 self._read_replies(w, queue, results)
 
@@ -358,7 +375,7 @@ class TimeLimitedCaller:
             results[i] = CallOutcome(False, f"arguments cannot be sent to the worker: {e!r}", False)
             return
         try:
-            protocol.write_all(w.req, request)
+            w.pending = protocol.write_some(w.req, request)  # the rest when the pipe takes it, within the deadline
         except OSError as e:  # the worker is gone (idle death): retry the item once
             self._kill(w)
             if i in retried:
@@ -367,32 +384,66 @@ class TimeLimitedCaller:
                 retried.add(i)
                 queue.appendleft(i)
         else:
-            w.item, w.deadline = i, time.monotonic() + self.timeout_s
+            w.item, w.answered, w.deadline = i, False, time.monotonic() + self.timeout_s
 
     def _read_replies(self, w: WorkerProcess, queue: deque, results: list) -> None:
-        data = read_available(w.rep)
+        """What the call's child wrote: its one ``result`` (anything after it is dropped at ``done``)."""
+        while w in self._slots:
+            data = read_available(w.rep)
+            if data is None:
+                return
+            if not data:  # nobody holds the reply pipe: the zygote is gone
+                self._lost(w, queue, results)
+                return
+            if w.answered or w.item is None:
+                continue  # after its answer: dropped (its process is ending)
+            try:
+                for payload in w.replies.feed(data):
+                    kind, body = protocol.decode(payload)
+                    if kind != "result" or body.i != w.item:
+                        raise ProtocolError("a reply that answers no call in flight")
+                    results[w.item] = CallOutcome(body.ok, body.value if body.ok else self._explain(body.error), False)
+                    w.answered = True
+                    w.deadline = max(w.deadline, time.monotonic() + _END_GRACE_S)
+                    break
+            except ProtocolError as e:  # the call's own process wrote it: that call fails, the zygote goes on
+                self.protocol_errors += 1
+                message = f"a reward call sent a malformed reply ({e})"
+                log.warning("%r: %s", self, message)
+                results[w.item] = CallOutcome(False, message, False)
+                w.answered = True  # the rest it writes is dropped; its process ends, or the deadline kills it
+
+    def _read_control(self, w: WorkerProcess, queue: deque, results: list) -> None:
+        """What the zygote wrote: ``ready``/``init_error`` at start, ``done`` after each call."""
+        data = read_available(w.ctl)
         if data is None:
             return
-        if not data:  # the worker exited (or closed its reply pipe)
-            w.relay_output(self._relay, final=True)
-            code = w.exit_code()
-            if w.item is not None:
-                results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
-            was_ready = w.ready
-            self._kill(w)
-            if not was_ready:
-                self._fail(queue, results, f"the reward worker exited during start-up (exit code {code})")
+        if not data:
+            self._read_replies(w, queue, results)  # an answer written before it died still counts
+            if w in self._slots:
+                self._lost(w, queue, results)
             return
         try:
-            for payload in w.reader.feed(data):
+            for payload in w.control.feed(data):
                 self._handle(w, *protocol.decode(payload), queue, results)
                 if w not in self._slots:
                     return
         except ProtocolError as e:
             self._protocol_error(w, str(e), queue, results)
 
+    def _lost(self, w: WorkerProcess, queue: deque, results: list) -> None:
+        """The zygote died: its call fails (unless answered), and so does start-up."""
+        w.relay_output(self._relay, final=True)
+        code = w.exit_code()
+        if w.item is not None and not w.answered:
+            results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
+        was_ready = w.ready
+        self._kill(w)
+        if not was_ready:
+            self._fail(queue, results, f"the reward worker exited during start-up (exit code {code})")
+
     def _handle(self, w: WorkerProcess, kind: str, body: Any, queue: deque, results: list) -> None:
-        """One decoded reply (``protocol.decode``) from ``w``."""
+        """One decoded control message (``protocol.decode``) from ``w``'s zygote."""
         if not w.ready:
             if kind == "ready":
                 w.ready = True
@@ -408,15 +459,21 @@ class TimeLimitedCaller:
                     )
                 self._fail(queue, results, self._start_error)
             else:
-                raise ProtocolError(f"a {kind!r} reply before the worker was ready")
+                raise ProtocolError(f"a {kind!r} message before the worker was ready")
             return
-        if kind != "result" or w.item is None or body.i != w.item:
-            raise ProtocolError("a reply that answers no call in flight")
-        value = body.value if body.ok else self._explain(body.error)
-        results[w.item] = CallOutcome(body.ok, value, False)
-        w.item = None
-        if body.retire or self.retire_after_call:  # half its CPU-seconds used, or one call per worker
+        if kind != "done" or w.item is None:
+            raise ProtocolError("a control message that ends no call in flight")
+        code, consumed = body
+        self._read_replies(w, queue, results)  # all the child wrote is in the pipe by now
+        if w not in self._slots:
+            return
+        if not w.answered:
+            results[w.item] = CallOutcome(False, f"reward worker died (exit code {code})", False)
+        if not consumed or w.pending:  # part of a request may still be in the pipe: start afresh
             self._kill(w)
+            return
+        w.item, w.answered = None, False
+        w.replies = protocol.FrameReader(protocol.MAX_REPLY_BYTES)
 
     def _explain(self, error: str) -> str:
         if error.startswith("MemoryError"):
@@ -451,7 +508,7 @@ class TimeLimitedCaller:
         return dict(
             fn=self.fn, preload=self.preload, warmup=self.warmup, workdir=workdir, strict=self.strict,
             limits=self.limits or SandboxLimits(), readable=readable, listable=listable,
-            launch_dir=self.cwd, parent_pid=os.getpid(),
+            launch_dir=self.cwd, parent_pid=os.getpid(), simulate_missing=simulated_missing(),
         )
 
     def _spawn(self) -> str | None:

@@ -1,12 +1,19 @@
-"""The reward worker process: sandbox itself, import the function, answer calls one at a time.
+"""The reward worker: a zygote that confines itself, imports the function, and forks one process per call.
 
-Started by ``TimeLimitedCaller`` as ``python -m lit_rlvr.rewards.worker REQ_FD
-REPLY_FD`` with a clean environment, stdin on ``/dev/null`` and stdout/stderr on
-a pipe the trainer relays to its log. It reads its set-up (pickled by the
-trainer) from the request pipe, confines itself (``sandbox.apply_sandbox``) while
-it still has one thread, and only then imports the reward's module and runs it:
-a reward module's top-level code never runs in the trainer. Replies follow
-``protocol`` (JSON data, never pickles).
+Started by ``TimeLimitedCaller`` (``worker_process``) as a fresh interpreter with
+``REQ_FD REPLY_FD CTL_FD``, a clean environment, stdin on ``/dev/null`` and
+stdout/stderr on a pipe the trainer relays to its log. The zygote reads its set-up
+(pickled by the trainer) from the request pipe, sets its parent-death signal,
+confines itself (``sandbox.apply_sandbox``, fork still allowed) while it has one
+thread, and only then imports the reward's module (and preloads, and runs the
+warm-up): a reward module's top-level code never runs in the trainer, nor
+unconfined. Then, forever: it forks a child, which sets its own parent-death
+signal and seccomp filter (``sandbox.confine_call``: no fork, process-id calls on
+itself only) *before* it reads its one request, answers it on the reply pipe and
+exits; the zygote waits for it, empties the working directory, and reports
+``done`` on the control pipe, which calls never hold. So nothing one call does
+(patched modules, files, threads, memory) reaches the next. Replies and control
+messages follow ``protocol`` (JSON data, never pickles).
 
 Also ``resolve_callable`` (import paths, with the launch directory as a
 fallback root), which the worker uses and the tests check.
@@ -14,19 +21,18 @@ fallback root), which the worker uses and the tests check.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
 import pickle
 import signal
 import sys
-import threading
-import time
 from typing import Any, Callable, Optional
 
 from lit_rlvr.rewards import protocol
 from lit_rlvr.rewards.protocol import error_summary
-from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox
+from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox, confine_call, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -122,62 +128,112 @@ def import_path_of(fn: Any) -> str:
     return f"{module}:{qualname}"
 
 
-def _exit_when_orphaned(parent: int) -> None:
-    """Exit once the trainer is gone (its pid is no longer our parent)."""
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os._exit(1)
-
-
 def _send(fd: int, kind: str, **fields: Any) -> None:
     protocol.write_all(fd, protocol.encode(kind, **fields))
 
 
-def _serve(req: int, rep: int, fn: Callable[..., Any], cpu_budget: float) -> None:
-    """Answer ``(i, args, kwargs)`` requests until EOF or ``None``."""
-    while True:
-        raw = protocol.read_frame(req)
-        if raw is None:
-            return
-        msg = pickle.loads(raw)  # the trainer's own data: nothing a worker wrote flows into requests
-        if msg is None:
-            return
-        i, args, kwargs = msg
-        ok, value, error = True, None, ""
+def _answer_once(req: int, rep: int, got: int, fn: Callable[..., Any]) -> None:
+    """In a call's child: read one request, say so on ``got``, answer it (``protocol``'s ``result``)."""
+    raw = protocol.read_frame(req)
+    if raw is None:
+        return
+    os.write(got, b"R")  # the request pipe holds nothing of this call any more
+    i, args, kwargs = pickle.loads(raw)  # the trainer's own data: nothing a worker wrote flows into requests
+    ok, value, error = True, None, ""
+    try:
+        value = protocol.plain_value(fn(*args, **kwargs))
+    except TypeError as e:
+        ok, error = False, f"result cannot be sent back: {e}"
+    except BaseException as e:  # noqa: BLE001 - the item fails; SystemExit and the like too
+        ok, error = False, error_summary(e)
+    times = os.times()
+    _send(rep, "result", i=i, ok=ok, value=value, error=error, cpu_s=times.user + times.system)
+
+
+def _child(req: int, rep: int, got: int, fn: Callable[..., Any], zygote: int, confined: bool) -> None:
+    """One call in a fresh process: confine it, then read its request, answer once and exit."""
+    code = 1
+    try:
+        die_with_parent(zygote)
+        if confined:
+            confine_call()
+        _answer_once(req, rep, got, fn)
+        code = 0
+    finally:
         try:
-            value = protocol.plain_value(fn(*args, **kwargs))
-        except TypeError as e:
-            ok, error = False, f"result cannot be sent back: {e}"
-        except Exception as e:  # noqa: BLE001 - the item fails, the worker goes on
-            ok, error = False, error_summary(e)
-        except BaseException as e:  # SystemExit and the like: report, then leave
-            _send(rep, "result", i=i, ok=False, value=None, error=error_summary(e), cpu_s=0.0, retire=True)
-            return
-        times = os.times()
-        cpu = times.user + times.system
-        _send(rep, "result", i=i, ok=ok, value=value, error=error, cpu_s=cpu, retire=cpu > cpu_budget)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)  # no atexit handlers, no finalizers: nothing of the call runs after it
+
+
+def _empty(directory: str) -> bool:
+    """Remove everything in ``directory`` (what a call left); whether it is empty now."""
+    import shutil
+
+    def writable(fn: Any, path: str, exc: Any) -> None:  # a directory the call made unwritable
+        os.chmod(os.path.dirname(path), 0o700)
+        fn(path)
+
+    for entry in os.scandir(directory):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                shutil.rmtree(entry.path, onerror=writable)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+    return not os.listdir(directory)
+
+
+def _zygote(req: int, rep: int, ctl: int, fn: Callable[..., Any], workdir: Optional[str], confined: bool) -> None:
+    """Fork one child per call (``_child``), wait for it, clean up after it, report ``done``; forever."""
+    me = os.getpid()
+    gc.collect()
+    gc.freeze()  # the zygote's objects stay out of the children's collections: their pages are not copied
+    while True:
+        got_r, got_w = os.pipe()  # the child says here that it read its whole request
+        pid = os.fork()
+        if pid == 0:
+            os.close(ctl)  # the control pipe is the zygote's alone
+            os.close(got_r)
+            _child(req, rep, got_w, fn, me, confined)
+        os.close(got_w)
+        _, status = os.waitpid(pid, 0)
+        os.set_blocking(got_r, False)
+        try:
+            consumed = bool(os.read(got_r, 1))
+        except BlockingIOError:
+            consumed = False
+        os.close(got_r)
+        clean = workdir is None or _empty(workdir)
+        _send(ctl, "done", code=os.waitstatus_to_exitcode(status), consumed=consumed and clean)
+        if not clean:
+            return  # something of the call could not be removed: the trainer starts a fresh zygote
 
 
 def main(argv: list[str]) -> None:
-    """Worker entry point: ``REQ_FD REPLY_FD``; see the module docstring."""
+    """Zygote entry point: ``REQ_FD REPLY_FD CTL_FD``; see the module docstring."""
     global LAUNCH_DIR
-    req, rep = int(argv[0]), int(argv[1])
+    req, rep, ctl = int(argv[0]), int(argv[1]), int(argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's business
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)  # a terminal on stdin is writable too
     os.close(devnull)
     try:
         setup = pickle.loads(protocol.read_frame(req) or b"N.")
+        die_with_parent(setup["parent_pid"])  # before the seccomp filter, which then keeps it set
         LAUNCH_DIR = setup["launch_dir"]
         limits: SandboxLimits = setup["limits"]
         report = None
         if setup["workdir"] is not None:
-            report = apply_sandbox(setup["workdir"], limits, setup["readable"], setup["listable"])
+            report = apply_sandbox(setup["workdir"], limits, setup["readable"], setup["listable"], allow_fork=True,
+                                   simulate_missing=setup["simulate_missing"])
             if setup["strict"] and report["missing"]:
                 raise RuntimeError(
                     "model.reward_sandbox.strict is set and this system does not enforce: " + "; ".join(report["missing"])
                 )
-        threading.Thread(target=_exit_when_orphaned, args=(setup["parent_pid"],), daemon=True).start()
         for name in setup["preload"]:  # before "ready": import time is never charged to a call
             _import_from_cwd(name, LAUNCH_DIR)
         fn = resolve_callable(setup["fn"])
@@ -187,10 +243,10 @@ def main(argv: list[str]) -> None:
             except Exception:  # noqa: BLE001 - a warm-up only fills caches
                 pass
     except BaseException as e:  # noqa: BLE001 - reported to the trainer, which names the reward
-        _send(rep, "init_error", error=error_summary(e) if not isinstance(e, ValueError) else str(e))
+        _send(ctl, "init_error", error=error_summary(e) if not isinstance(e, ValueError) else str(e))
         return
-    _send(rep, "ready", report=report)
-    _serve(req, rep, fn, limits.cpu_seconds / 2)
+    _send(ctl, "ready", report=report)
+    _zygote(req, rep, ctl, fn, setup["workdir"], bool(report and report["processes"]))
 
 
 if __name__ == "__main__":

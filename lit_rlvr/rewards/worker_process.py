@@ -1,11 +1,13 @@
-"""One reward worker process seen from the trainer: how it starts, its pipes, its output, its end.
+"""One reward worker (a zygote and its call's child) seen from the trainer: start, pipes, output, end.
 
 ``WorkerProcess.start`` launches a fresh interpreter running ``worker.main`` (never
-a fork of the trainer) with the environment it is given, stdin on ``/dev/null``,
-stdout/stderr on a pipe, a request pipe (trainer -> worker, pickles of the
-trainer's own data) and a reply pipe (worker -> trainer, read raw and
-non-blocking; ``protocol`` decodes it), then sends the set-up. ``kill`` ends it
-and removes its working directory. ``TimeLimitedCaller`` drives a pool of them.
+a fork of the trainer) in its own session, with the environment it is given, stdin
+on ``/dev/null``, stdout/stderr on a pipe, a request pipe (trainer -> calls, pickles
+of the trainer's own data, written non-blocking), a reply pipe (calls -> trainer)
+and a control pipe (zygote -> trainer), both read raw and non-blocking
+(``protocol`` decodes them), and queues the set-up. ``kill`` ends it (its call's
+child dies with it: parent-death signal) and removes its working directory.
+``TimeLimitedCaller`` drives a pool of them.
 """
 
 from __future__ import annotations
@@ -34,49 +36,61 @@ def read_available(fd: int) -> Optional[bytes]:
 
 
 class WorkerProcess:
-    """A started worker, its pipes and what it is doing."""
+    """A started zygote, its pipes and the call it is running."""
 
-    def __init__(self, proc: subprocess.Popen, req: int, rep: int, workdir: Optional[str], deadline: float) -> None:
-        self.proc, self.req, self.rep, self.workdir = proc, req, rep, workdir
+    def __init__(self, proc: subprocess.Popen, req: int, rep: int, ctl: int, workdir: Optional[str], deadline: float) -> None:
+        self.proc, self.req, self.rep, self.ctl, self.workdir = proc, req, rep, ctl, workdir
         self.out: Optional[int] = proc.stdout.fileno() if proc.stdout is not None else None
-        """Read end of the worker's stdout/stderr; ``None`` once it reached EOF."""
-        self.reader = protocol.FrameReader(protocol.MAX_REPLY_BYTES)
+        """Read end of the workers' stdout/stderr; ``None`` once it reached EOF."""
+        self.replies = protocol.FrameReader(protocol.MAX_REPLY_BYTES)
+        self.control = protocol.FrameReader(protocol.MAX_REPLY_BYTES)
         self.ready = False
         self.item: Optional[int] = None
-        """Index of the item in flight, if any."""
+        """Index of the item in flight, from its request until the zygote says its process ended."""
+        self.answered = False
+        """Whether the item in flight has its result."""
+        self.pending = b""
+        """Bytes of the set-up or the request not written yet (the request pipe is non-blocking)."""
         self.deadline = deadline
         """Start-up deadline until ready; then the deadline of the item in flight."""
 
     @classmethod
     def start(cls, setup: dict[str, Any], env: dict[str, str], cwd: str, deadline: float) -> "WorkerProcess":
-        """Launch a worker in ``cwd`` with exactly ``env`` and send it ``setup`` (``worker.main`` reads it first)."""
+        """Launch a zygote in ``cwd`` with exactly ``env``, and queue ``setup`` (``worker.main`` reads it first)."""
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(req_r), str(rep_w)],
+                [sys.executable, "-c", _BOOT, str(req_r), str(rep_w), str(ctl_w)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                pass_fds=(req_r, rep_w), cwd=cwd, env=env,
+                pass_fds=(req_r, rep_w, ctl_w), cwd=cwd, env=env,
+                start_new_session=True,  # its own process group: the trainer's is out of reach
             )
         except BaseException:
-            os.close(req_w)
-            os.close(rep_r)
+            for fd in (req_w, rep_r, ctl_r):
+                os.close(fd)
             raise
         finally:
-            os.close(req_r)  # the worker's ends: a dead worker shows up as EOF on ours
-            os.close(rep_w)
-        os.set_blocking(rep_r, False)
-        os.set_blocking(proc.stdout.fileno(), False)
-        w = cls(proc, req_w, rep_r, setup["workdir"], deadline)
-        try:
-            protocol.write_all(req_w, protocol.frame(pickle.dumps(setup)))
-        except OSError:
-            pass  # it died at once: its reply pipe reports EOF
+            for fd in (req_r, rep_w, ctl_w):  # the zygote's ends: a dead zygote shows up as EOF on ours
+                os.close(fd)
+        for fd in (req_w, rep_r, ctl_r, proc.stdout.fileno()):
+            os.set_blocking(fd, False)
+        w = cls(proc, req_w, rep_r, ctl_r, setup["workdir"], deadline)
+        w.pending = protocol.frame(pickle.dumps(setup))
+        w.write()
         return w
 
+    def write(self) -> None:
+        """Write what the request pipe takes now of ``pending`` (nothing more once the zygote is gone)."""
+        try:
+            self.pending = protocol.write_some(self.req, self.pending)
+        except OSError:
+            self.pending = b""  # no reader left: its control pipe reports EOF
+
     def fds(self) -> list[int]:
-        """The descriptors to wait on: replies, and output until it ends."""
-        return [self.rep] + ([self.out] if self.out is not None else [])
+        """The descriptors to wait on: replies, control, and output until it ends."""
+        return [self.rep, self.ctl] + ([self.out] if self.out is not None else [])
 
     def exit_code(self, wait_s: float = 1.0) -> Optional[int]:
         """The exit code once it ended (waiting at most ``wait_s``), else ``None``."""
@@ -112,7 +126,7 @@ class WorkerProcess:
         except Exception:
             pass
         self.relay_output(relay, final=True)
-        for fd in (self.req, self.rep):
+        for fd in (self.req, self.rep, self.ctl):
             try:
                 os.close(fd)
             except OSError:

@@ -136,3 +136,134 @@ def socket_reward(completion, answer, metadata):
 
 def honest_reward(completion, answer, metadata):
     return 1.0
+
+
+TRAINER_PID = os.getppid()
+"""At import, in a worker: its parent, the trainer (what an attacking reward module would note)."""
+
+
+def _other_process_call(name: str, pid: int) -> None:
+    """One system call on process ``pid`` that changes nothing (same value back) but needs the right to."""
+    import resource
+
+    if name == "prlimit":
+        resource.prlimit(pid, resource.RLIMIT_CORE, resource.prlimit(pid, resource.RLIMIT_CORE))
+    elif name == "setpriority":
+        os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, pid))
+    elif name == "sched_setaffinity":
+        os.sched_setaffinity(pid, os.sched_getaffinity(pid))
+    elif name == "kill":
+        os.kill(pid, 0)
+    elif name == "kill_group":
+        os.kill(0, 0)  # the caller's process group
+    elif name == "pidfd_open":
+        os.close(os.pidfd_open(pid))
+    elif name == "prctl_pdeathsig":
+        import ctypes
+
+        if ctypes.CDLL(None, use_errno=True).prctl(1, 0, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, 0: survive the trainer
+            raise PermissionError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG, 0) refused")
+    else:
+        raise ValueError(name)
+
+
+OTHER_PROCESS_CALLS = ("prlimit", "setpriority", "sched_setaffinity", "kill", "kill_group", "pidfd_open", "prctl_pdeathsig")
+
+
+def other_process_reward(completion, answer, metadata):
+    """1.0 when ``metadata["call"]`` (``OTHER_PROCESS_CALLS``) on ``metadata["pid"]`` (the trainer) worked."""
+    _other_process_call(metadata["call"], metadata["pid"])
+    return 1.0
+
+
+def other_process_code(name: str, pid: int) -> str:
+    """Python source that does ``_other_process_call(name, pid)`` without importing this module."""
+    import inspect
+
+    return inspect.getsource(_other_process_call) + f"\n_other_process_call({name!r}, {pid})\n"
+
+
+def lower_trainer_cpu_limit(completion, answer, metadata):
+    """The attack itself: the trainer's CPU limit set to 1 s (the kernel kills it at once)."""
+    import resource
+
+    resource.prlimit(TRAINER_PID, resource.RLIMIT_CPU, (1, 1))
+    return 1.0
+
+
+def shared_memory_reward(completion, answer, metadata):
+    """Allocates ``metadata["mb"]`` MB outside the address-space limit: memfd, or System V shared memory."""
+    import ctypes
+    import mmap
+
+    size = metadata["mb"] * 2**20
+    if metadata["kind"] == "memfd":
+        fd = os.memfd_create("x")
+        os.ftruncate(fd, size)
+        mmap.mmap(fd, size).write(b"x" * 4096)  # kept open: a forked copy would keep it alive
+        return 1.0
+    libc = ctypes.CDLL(None, use_errno=True)
+    shmid = libc.shmget(0, ctypes.c_size_t(size), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600; never removed
+    if shmid < 0:
+        raise PermissionError(ctypes.get_errno(), "shmget refused")
+    return 1.0
+
+
+def _verdict(completion: str) -> float:
+    return 1.0 if completion == "right" else 0.0
+
+
+def patching_reward(completion, answer, metadata):
+    """``"patch"`` rewrites this module's verdict so that every later answer scores 1.0 (in its process)."""
+    import sys
+
+    if completion == "patch":
+        sys.modules[__name__]._verdict = lambda completion: 1.0
+        return 0.0
+    return _verdict(completion)
+
+
+def leftovers_reward(completion, answer, metadata):
+    """``"leave"`` leaves a file in the working directory; any other call: 1.0 when it finds it."""
+    if completion == "leave":
+        with open("left-behind", "w") as f:
+            f.write("from an earlier call")
+        return 0.0
+    return float(os.path.exists("left-behind"))
+
+
+def fill_directory_reward(completion, answer, metadata):
+    """Writes ``metadata["mb"]`` MB into the working directory, in 8 MB files (each under the file-size limit)."""
+    block = b"x" * 2**20
+    for n in range(metadata["mb"] // 8):
+        with open(f"fill-{n}", "wb") as f:
+            for _ in range(8):
+                f.write(block)
+    return 1.0
+
+
+def shrink_request_pipe(completion, answer, metadata):
+    """Shrinks every pipe it holds to one page and stops reading requests (its process goes on)."""
+    import fcntl
+
+    from lit_rlvr.rewards import protocol
+
+    for fd in range(3, 64):
+        try:
+            fcntl.fcntl(fd, 1031, 4096)  # F_SETPIPE_SZ
+        except OSError:
+            pass
+    protocol.read_frame = lambda fd: __import__("time").sleep(3600)  # a worker serving calls reads no more
+    return 1.0
+
+
+def outlive_trainer(completion, answer, metadata):
+    """Removes its parent-death signal, fools an orphan check, and waits for the trainer to die."""
+    import ctypes
+    import time
+
+    ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0
+    parent = os.getppid()
+    os.getppid = lambda: parent  # an exit-on-orphan loop would see its parent forever
+    time.sleep(60)
+    return 1.0

@@ -154,7 +154,7 @@ def test_one_rollouts_program_cannot_change_anothers_score(reward):
     try:
         res, _ = score(one, [tamper, "print(0)", ADD])
         assert res.total.tolist() == [0.0, 0.0, 1.0]  # outputs are compared in the trainer: not even its own
-        assert one._caller.starts == 3  # one worker per rollout
+        assert one._caller.starts == 1  # one zygote; each rollout ran in its own process, forked from it
     finally:
         one.close()
     assert sys.modules["lit_rlvr.rewards.code_exec"]._normalize("a \n") == ["a"]

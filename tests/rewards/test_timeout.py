@@ -97,8 +97,8 @@ def test_worker_death_is_an_error_and_recovers():
         ok, value, timed_out = caller.call(3)
         assert (ok, timed_out) == (False, False)
         assert "exit code 3" in value
-        assert caller.call(3).ok is False  # restarted, dies again: still no hang
-        assert caller.starts == 2
+        assert caller.call(3).ok is False  # the next call's process dies too: still no hang
+        assert caller.starts == 1  # a call's own process died, not the worker (its zygote)
     finally:
         caller.close()
 
@@ -137,18 +137,18 @@ def test_overhead_per_call_is_small():
     caller = TimeLimitedCaller(helpers.add, timeout_s=5, workers=1)
     try:
         caller.call(0, 0)  # start the worker
-        n = 50
+        n = 30
         t0 = time.perf_counter()
         for i in range(n):
             assert caller.call(i, 1).value == i + 1
         per_call = (time.perf_counter() - t0) / n
         t0 = time.perf_counter()
-        out = caller.call_many([(i, 1) for i in range(500)])
-        per_item = (time.perf_counter() - t0) / 500
-        assert [o.value for o in out] == list(range(1, 501))
+        out = caller.call_many([(i, 1) for i in range(100)])
+        per_item = (time.perf_counter() - t0) / 100
+        assert [o.value for o in out] == list(range(1, 101))
         assert caller.starts == 1
-        # measured ~0.1-0.3 ms per call, ~0.05 ms per batched item on 2 busy cores
-        assert per_call < 0.02 and per_item < 0.005, (per_call, per_item)
+        # a fresh process per call (fork of the zygote): measured 11-14 ms per call on 2 busy cores
+        assert per_call < 0.1 and per_item < 0.1, (per_call, per_item)
     finally:
         caller.close()
 
