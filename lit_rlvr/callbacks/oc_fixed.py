@@ -9,8 +9,8 @@ generated from x̃ by the ordinary rollout stage. This callback then does what t
 does to a group it replaced:
 
 * stage 3b (``revise``): a ``PromptSwap`` per guided group, no rollout changed: the loss prompt
-  of that pool entry becomes x, and each row records x̃ (``batch.guided_prompt_token_ids``) and its
-  fraction (``batch.guide_fraction``), so the ratio is π_θ(y|x)/π_old(y|x);
+  of that pool entry becomes x, and each row records x̃ (``batch.generated_from``), so the ratio
+  is π_θ(y|x)/π_old(y|x);
 * stage 6 (``token_weights``, from ``oc_shared.GuidedTokenWeights``): the Adaptive variant's weights,
   w_t = clamp((π_old(y_t|x)/π_old(y_t|x̃))^γ, 0.01, 1) on guided rows, exactly 1 on the others.
 """
@@ -118,7 +118,7 @@ class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
             if info is None:
                 continue
             fraction, plain = info
-            swaps.append(PromptSwap(pool_index=p, loss_prompt_token_ids=pl_module.render_prompt(plain), fraction=fraction))
+            swaps.append(PromptSwap(pool_index=p, loss_prompt_token_ids=pl_module.render_prompt(plain)))
             fractions.append(fraction)
             rollouts += len(rows)
         local = torch.tensor([[float(len(swaps)), float(rollouts), float(sum(fractions))]], dtype=torch.float64)

@@ -91,7 +91,6 @@ def guided_attempts(
             rewards=result.total[sl].float(),
             components={k: v[sl].float() for k, v in result.components.items()},
             prompt_token_ids=prompt,
-            fraction=fraction,
         )
         out.append(Attempt(correct=ok[sl], tokens=sum(len(c.token_ids) for c in outs), payload=rep))
     return out
@@ -107,7 +106,8 @@ def guided_token_weights(
     clamp_max: float = 1.0,
     importance_weight: bool = True,
 ) -> tuple[list[torch.Tensor], dict[str, float]]:
-    """OC-GRPO's stage 6 for any batch whose rows record a guided prompt (``batch.guided_prompt_token_ids``).
+    """OC-GRPO's stage 6 for any batch whose rows record the guided prompt they were generated from
+    (``batch.generated_from``, set by the revise stage from OC-GRPO's replacements and swaps).
 
     Returns the [N] list of [L_i] weights, w_t = clamp((π_old(y_t|x)/π_old(y_t|x̃))^γ, clamp_min,
     clamp_max) on kept guided rows (x = the row's loss prompt, x̃ = the one it was generated from;
@@ -116,7 +116,7 @@ def guided_token_weights(
     (NaN when none). Both variants (Adaptive, Fixed) weigh with it.
     """
     weights = [torch.ones(len(c.token_ids), dtype=torch.float32) for c in batch.completions]
-    guided_prompts = batch.guided_prompt_token_ids or [None] * len(batch)
+    guided_prompts = batch.generated_from or [None] * len(batch)
     rows = [r for r in range(len(batch)) if guided_prompts[r] is not None and bool(batch.keep[r])]
     stat = torch.tensor([[0.0, 0.0, float("inf")]], dtype=torch.float64)  # (Σ w, tokens, min w) on this rank
     if rows:
@@ -141,7 +141,7 @@ def context_logprobs(host: SelectionHost, batch: RolloutBatch, rows: list[int]) 
     log-probs over [x | y] and over [x̃ | y] (``SelectionHost.completion_logprobs``)."""
     completions = [batch.completions[r].token_ids for r in rows]
     plain = [batch.prompt_token_ids[int(batch.prompt_index[r])] for r in rows]
-    guided = [batch.guided_prompt_token_ids[r] for r in rows]
+    guided = [batch.generated_from[r] for r in rows]
     return host.completion_logprobs(plain, completions), host.completion_logprobs(guided, completions)
 
 
