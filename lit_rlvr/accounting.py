@@ -140,7 +140,7 @@ def step_log_metrics(
     reward_names: Sequence[str],
     totals: Totals,
     nonfinite: dict[str, float],
-    selectors: Sequence[tuple[str, dict[str, float]]],
+    selectors: Sequence[dict[str, float]],
 ) -> dict[str, float]:
     """Everything stage 8 logs for one step, as a new dict (no argument is changed).
 
@@ -154,7 +154,7 @@ def step_log_metrics(
         reward_names: the configured rewards, in order (``reward/<name>``).
         totals: the running totals with this step added (``cumulative/...``).
         nonfinite: the non-finite guard's metrics.
-        selectors: (class name, metrics) of each selection callback, in list order (``select/<class>/<key>``).
+        selectors: each selection callback's ``logged_metrics()`` (full names, ``select/<class>/<key>`` by default), in list order.
     """
     return {
         **metrics,
@@ -169,7 +169,7 @@ def step_log_metrics(
         **{f"reward/{name}": mean_or_nan(batch.reward_components.get(name)) for name in reward_names},
         **cumulative_metrics(totals),
         **nonfinite,
-        **{f"select/{name}/{k}": float(v) for name, values in selectors for k, v in values.items()},
+        **{k: float(v) for values in selectors for k, v in values.items()},
     }
 
 

@@ -261,7 +261,7 @@ class GRPOModule(PolicyModule):
         metrics = step_log_metrics(
             local, batch, rollout, update, lr=float(self.lr_schedulers().get_last_lr()[0]),
             reward_names=[f.name for f in self.scorer.functions], totals=self.totals, nonfinite=self.nonfinite.metrics(),
-            selectors=[(type(s).__name__, s.metrics()) for s in self._selectors(SelectionCallback)],
+            selectors=[s.logged_metrics() for s in self._selectors(SelectionCallback)],
         )
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=max(len(batch), 1))
         self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=1)

@@ -248,10 +248,6 @@ class PolicyModule(pl.LightningModule):
             reshard(self.policy)  # FSDP2 keeps the root's gathered weights after a forward (no backward follows)
         return states
 
-    def log_metrics(self, metrics: dict[str, float]) -> None:
-        """Log ``metrics`` at this training step."""
-        self.log_dict(dict(metrics), on_step=True, on_epoch=False, batch_size=1)
-
     # ------------------------------------------------------------------ validation
 
     def validation_step(self, pool: PromptPool, batch_idx: int) -> None:

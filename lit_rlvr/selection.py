@@ -1,17 +1,19 @@
 """The selection contract (docs/architecture.md): every selection method is a Lightning callback.
 
-This module is the contract alone: the stage bases, the one composition check
-(``check_composition``: at most one allocator, pruner and reviser per run) and the helpers
-every selector needs (ranks and seeds). The records the hooks receive are in
-``lit_rlvr.types``; the methods themselves are in ``lit_rlvr.callbacks``. It sits at the
-bottom of the layers (docs/architecture.md): the rollout loop and the module import it,
-and it imports neither of them, nor any method.
+This module is the contract alone: the stage bases, the plumbing every method shares (state
+saved and loaded strictly from its declared ``state_names``, metrics checked against its declared
+``metric_names``) and the one composition check (``check_composition``: at most one allocator,
+pruner and reviser per run). The helpers methods share (seeds, ranks, top-B, per-prompt tables,
+posteriors) are in ``lit_rlvr.selection_toolkit`` and re-exported here; the records the hooks
+receive are in ``lit_rlvr.types``; the methods themselves are in ``lit_rlvr.callbacks``. It sits
+at the bottom of the layers (docs/architecture.md): the rollout loop and the module import it,
+and it imports neither of them, nor any method. docs/writing_a_selector.md walks through a method.
 
 A selector subclasses one of the stage bases below and overrides that stage's hook:
 
 | stage         | base               | hook                                              |
 | ------------- | ------------------ | ------------------------------------------------- |
-| pre-rollout   | ``PromptSelector`` | ``on_train_batch_start(trainer, module, pool, i)`` narrows ``pool.keep`` |
+| pre-rollout   | ``PromptSelector`` | ``select_prompts(trainer, module, pool)`` narrows ``pool.keep`` (default: ``filter_pool`` over the eligible prompts) |
 | rollout       | ``RolloutAllocator``| ``plan(state) -> [P] counts`` (at most one per run) |
 | observe       | any                | ``on_rollouts_scored(trainer, module, batch)``    |
 | during rollout| ``RolloutPruner``  | ``prune(partial) -> [n] keep mask`` over partial rollouts (at most one per run) |
@@ -21,23 +23,36 @@ A selector subclasses one of the stage bases below and overrides that stage's ho
 
 ``GRPOModule`` finds them by type among ``trainer.callbacks`` and calls them in
 list order; it never names a method. Rules every selector keeps are in docs/architecture.md:
-explicit state (``state_dict``/``load_state_dict``/``state_key``), identical state
-on every rank (``gather_rows`` + ``seeded_generator``), capped loops, exact counts.
+explicit state (``state_names``, ``state_key``), identical state on every rank
+(``gather_rows`` + ``seeded_generator``), capped loops, exact counts.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 from typing_extensions import override
 
-from lit_rlvr.advantages import is_zero_variance
 from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.selection_toolkit import (
+    data_epoch,
+    data_order_generator,
+    gather_rows,
+    group_observations,
+    keep_only,
+    keep_top,
+    load_value,
+    require_keys,
+    save_value,
+    seed_value,
+    seeded_generator,
+    selector_name,
+    top_positions,
+    warn_if_pool_is_batch_sized,
+)
 from lit_rlvr.types import (
     GroupReplacement,
     PartialRollouts,
@@ -78,7 +93,27 @@ log = logging.getLogger(__name__)
 
 
 class SelectionCallback(pl.Callback):
-    """Base of every selector: a no-op observe hook and a state key built from its settings."""
+    """Base of every selector: no-op hooks, a state key built from its settings, and the state and
+    metrics plumbing.
+
+    A method declares what it keeps and what it logs; the base does the rest:
+
+    * ``state_names``: the attributes saved in checkpoints, each under its own name
+      (``selection_toolkit.save_value``: a ``PromptTable``, an array, a dict of counters, a
+      number, anything with ``state_dict``), and restored strictly: a missing or unknown key fails
+      naming the selector (``require_keys``). ``optional_state``: names older checkpoints may lack,
+      each with the value it then takes. ``nullable_state``: float attributes that start as None
+      (saved as −1.0).
+    * ``metric_names``: the keys a step may report with ``set_metrics`` / ``add_metrics``; an
+      undeclared key fails at once. The module logs ``metric_prefix + key`` after every step
+      (``logged_metrics``); the prefix defaults to ``select/<class name>/``.
+    """
+
+    state_names: tuple[str, ...] = ()
+    optional_state: Mapping[str, Any] = {}
+    nullable_state: tuple[str, ...] = ()
+    metric_names: tuple[str, ...] = ()
+    metric_prefix: Optional[str] = None
 
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         """Sees every scored rollout of the step, kept or not (history and posterior updates)."""
@@ -98,9 +133,59 @@ class SelectionCallback(pl.Callback):
         """Settings that tell two instances of the same selector apart."""
         return {}
 
+    # ------------------------------------------------------------------ state
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """Every ``state_names`` attribute under its own name (None as −1.0 for ``nullable_state``)."""
+        out = {}
+        for name in self.state_names:
+            value = getattr(self, name)
+            if name in self.nullable_state:
+                value = -1.0 if value is None else float(value)
+            out[name] = save_value(value)
+        return out
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Exactly the ``state_names`` keys (one of ``optional_state`` may be absent: it takes its value there)."""
+        owner = selector_name(self)
+        required = [n for n in self.state_names if n not in self.optional_state]
+        require_keys(owner, state_dict, required, optional=self.optional_state)
+        for name in self.state_names:
+            if name not in state_dict:
+                setattr(self, name, self.optional_state[name])
+            elif name in self.nullable_state:
+                value = float(state_dict[name])
+                setattr(self, name, None if value < 0 else value)
+            else:
+                setattr(self, name, load_value(getattr(self, name), state_dict[name], f"{owner} {name}"))
+
+    # ------------------------------------------------------------------ metrics
+
     def metrics(self) -> dict[str, float]:
-        """``select/<name>/...`` metrics of the last step (the module logs them)."""
-        return {}
+        """This step's reported metrics, by their short names (``set_metrics``, ``add_metrics``)."""
+        return dict(getattr(self, "_metrics", {}))
+
+    def set_metrics(self, values: Mapping[str, float]) -> None:
+        """Replace the reported metrics with ``values`` (keys from ``metric_names``)."""
+        self._check_metric_names(values)
+        self._metrics = dict(values)
+
+    def add_metrics(self, values: Mapping[str, float]) -> None:
+        """Add ``values`` to (or overwrite them in) the reported metrics (keys from ``metric_names``)."""
+        self._check_metric_names(values)
+        self._metrics = {**getattr(self, "_metrics", {}), **values}
+
+    def logged_metrics(self) -> dict[str, float]:
+        """What the module logs after the step: ``metric_prefix`` + name for each reported metric."""
+        prefix = f"select/{type(self).__name__}/" if self.metric_prefix is None else self.metric_prefix
+        return {f"{prefix}{k}": float(v) for k, v in self.metrics().items()}
+
+    def _check_metric_names(self, values: Mapping[str, float]) -> None:
+        unknown = sorted(set(values) - set(self.metric_names))
+        if unknown:
+            raise ValueError(f"{type(self).__name__} reports metrics {unknown} it does not declare: add them to its metric_names")
 
     def expected_effective_ratio(self) -> Optional[float]:
         """Optional: the share of this step's groups expected to have reward variance, before any is seen.
@@ -113,11 +198,21 @@ class SelectionCallback(pl.Callback):
 
 
 class PromptSelector(SelectionCallback):
-    """Pre-rollout: narrow ``pool.keep`` in ``on_train_batch_start(trainer, module, pool, batch_idx)``.
+    """Pre-rollout: narrow ``pool.keep`` in ``select_prompts(trainer, module, pool)``.
 
-    Lightning calls that hook with the step's ``PromptPool`` before ``training_step``.
+    Lightning calls ``on_train_batch_start`` with the step's ``PromptPool`` before ``training_step``;
+    this base passes it on to ``select_prompts`` (and nothing else: other loops' batches are not pools).
     Only set entries of ``pool.keep`` to False; never reorder the pool.
     """
+
+    @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
+        if isinstance(batch, PromptPool):
+            self.select_prompts(trainer, pl_module, batch)
+
+    def select_prompts(self, trainer: pl.Trainer, pl_module: SelectionHost, pool: PromptPool) -> None:
+        """Narrow ``pool.keep``; the default skips what ``filter_pool`` skips among the eligible prompts."""
+        self.filter_pool(pool, pool.eligible(), pool.context.step, pool.context.seed)
 
     def filter_pool(self, pool: PromptPool, indices: list[int], step: int, seed: int) -> int:
         """Optional: set ``pool.keep`` False for prompts among pool ``indices`` this selector skips;
@@ -264,127 +359,3 @@ def check_composition(selectors: Sequence[SelectionCallback]) -> None:
         if len(found) > 1:
             names = " and ".join(type(s).__name__ for s in found)
             raise ValueError(f"{names} are both {plural}, and a run has at most one: remove one of them from trainer.callbacks")
-
-
-# --------------------------------------------------------------------------- ranks and seeds
-
-
-def warn_if_pool_is_batch_sized(trainer: Optional[pl.Trainer], selector: str, advice: str) -> None:
-    """Warn when ``data.pool_multiple`` <= 1: a selector choosing B of the pool would keep every prompt."""
-    dm = getattr(trainer, "datamodule", None) if trainer is not None else None
-    multiple = getattr(dm, "pool_multiple", None)
-    if multiple is not None and multiple <= 1.0:
-        log.warning(
-            "%s selects B prompts from a candidate pool of data.pool_multiple × B, but data.pool_multiple = %s: "
-            "it will keep every prompt (%s).",
-            selector,
-            multiple,
-            advice,
-        )
-
-
-def data_epoch(trainer: Optional[pl.Trainer], step: int) -> Optional[int]:
-    """The data epoch training step ``step`` drew its pool from (``datamodule.epoch_of``), or None
-    when there is no datamodule that knows (a hand-made trainer in a test, the simulator's)."""
-    epoch_of = getattr(getattr(trainer, "datamodule", None), "epoch_of", None)
-    if not callable(epoch_of):
-        return None
-    try:
-        return int(epoch_of(step))
-    except (ValueError, ZeroDivisionError, TypeError, AttributeError):
-        return None
-
-
-def seed_value(seed: int, step: int, prompt_id: int = -1, salt: str = "") -> int:
-    """The one seed-derivation recipe: a 63-bit seed from (run seed, step, prompt id, salt), by blake2b.
-
-    Identical on every rank and on resume; a distinct ``salt`` per use keeps streams apart.
-    ``seeded_generator`` seeds a generator with it; OC-GRPO's sampling seeds are it mod 2³¹ − 1.
-    """
-    digest = hashlib.blake2b(f"{seed}|{step}|{prompt_id}|{salt}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
-
-def seeded_generator(seed: int, step: int, prompt_id: int = -1, salt: str = "") -> torch.Generator:
-    """A CPU generator seeded by ``seed_value(seed, step, prompt id, salt)``: identical on every rank and on resume."""
-    gen = torch.Generator()
-    gen.manual_seed(seed_value(seed, step, prompt_id, salt))
-    return gen
-
-
-def data_order_generator(*parts: int) -> torch.Generator:
-    """A CPU generator for the data order, seeded from non-negative ints (the run seed, a salt, an epoch or key).
-
-    A legacy recipe kept beside ``seed_value``: numpy's ``SeedSequence`` over ``parts``, the top 63
-    bits of its first word. The data module's epoch permutations and draws and G2D's pair order use
-    it; moving them to ``seed_value`` would reshuffle every run's prompt pools, so they keep it.
-    """
-    state = np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator().manual_seed(int(state >> np.uint64(1)))
-
-
-def gather_rows(trainer: Optional[pl.Trainer], rows: torch.Tensor) -> torch.Tensor:
-    """Concatenate a [K, D] tensor from every rank (K may differ per rank), in rank order.
-
-    Selectors call this on their observations before updating state so every rank
-    updates with the same data. Single process: returns ``rows`` unchanged.
-    """
-    if trainer is None or trainer.world_size <= 1:
-        return rows
-    strategy = trainer.strategy
-    k = torch.tensor([rows.shape[0]], dtype=torch.long)
-    sizes = strategy.all_gather(k).view(-1).tolist()  # [world]
-    padded = torch.zeros((max(sizes), *rows.shape[1:]), dtype=rows.dtype)
-    padded[: rows.shape[0]] = rows
-    gathered = strategy.all_gather(padded.to(strategy.root_device)).cpu()  # [world, K_max, D]
-    return torch.cat([gathered[r, : sizes[r]] for r in range(len(sizes))], dim=0)
-
-
-def group_observations(batch: RolloutBatch, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """[K, 4] float64 rows (prompt id, n rollouts, reward sum, zero-variance) per group, by pool index.
-
-    The last column is 1.0 where the group is zero-variance (``is_zero_variance(max − min)``).
-
-    The compact per-group summary most selectors update from; ``gather_rows`` it across ranks.
-    Vectorised (scatter reductions): milliseconds for hundreds of thousands of rollouts.
-    """
-    rows = torch.arange(len(batch)) if mask is None else torch.nonzero(mask).flatten()
-    p = batch.prompt_index[rows]  # [n]
-    r = batch.rewards[rows].double()  # [n]
-    uniq, inv = torch.unique(p, return_inverse=True)  # [K] sorted pool indices, [n]
-    k = len(uniq)
-    n = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, torch.ones_like(r))  # [K]
-    total = torch.zeros(k, dtype=torch.float64).index_add_(0, inv, r)  # [K]
-    lo = torch.full((k,), float("inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amin")  # [K]
-    hi = torch.full((k,), float("-inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amax")  # [K]
-    return torch.stack([batch.pool.ids[uniq].double(), n, total, is_zero_variance(hi - lo).double()], dim=1).reshape(-1, 4)
-
-
-# --------------------------------------------------------------------------- choosing B of the pool
-
-
-def top_positions(scores: Any, k: int, largest: bool = True) -> np.ndarray:
-    """[min(k, n)] positions of the k largest (``largest=False``: smallest) of ``scores`` [n], best
-    first; ties keep their order in ``scores`` (a stable sort: pool order, the same on every rank)."""
-    scores = np.asarray(scores)
-    return np.argsort(-scores if largest else scores, kind="stable")[:k]
-
-
-def keep_only(pool: PromptPool, eligible: np.ndarray, picks: np.ndarray) -> None:
-    """Narrow ``pool.keep`` to the pool indices ``eligible[picks]`` (``picks``: positions in ``eligible``).
-
-    Nothing changes when the pool has at most B eligible candidates: every one of them is kept.
-    """
-    if len(eligible) > pool.batch_size:
-        keep = torch.zeros(len(pool), dtype=torch.bool)
-        keep[torch.from_numpy(eligible[picks])] = True
-        pool.keep &= keep
-
-
-def keep_top(pool: PromptPool, eligible: np.ndarray, scores: Any, largest: bool = True) -> np.ndarray:
-    """The pre-rollout tail of a selector ranking the eligible candidates: keep the B (``pool.batch_size``)
-    with the largest ``scores`` [E] (one per entry of ``eligible``; ``largest=False``: the smallest) and
-    return their positions in ``eligible``, best first (``top_positions``, ``keep_only``)."""
-    order = top_positions(scores, pool.batch_size, largest)
-    keep_only(pool, eligible, order)
-    return order

@@ -27,7 +27,10 @@ __all__ = ["SelectionHost", "host_members"]
 
 
 class SelectionHost(Protocol):
-    """The trainer as a selection method sees it: settings, prompt rendering, generation, forwards, logging."""
+    """The trainer as a selection method sees it: settings, prompt rendering, generation, forwards.
+
+    It has no logging member: a method reports its metrics (``SelectionCallback.set_metrics``) and
+    the module logs them with the step's."""
 
     accuracy_reward: str
     """Name of the reward whose score >= 1 counts as "correct" (``model.accuracy_reward``)."""
@@ -77,9 +80,6 @@ class SelectionHost(Protocol):
         "right" (LEEPS's prompt embeddings). The two agree up to float rounding; each method
         keeps the one it was measured with.
         """
-
-    def log_metrics(self, metrics: dict[str, float]) -> None:
-        """Log scalar metrics at this training step (the run's loggers)."""
 
 
 def host_members() -> frozenset[str]:

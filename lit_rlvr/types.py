@@ -144,11 +144,10 @@ class RolloutBatch:
     """[N] float32, filled by the advantage stage (0 for rollouts not kept)."""
     token_weights: Optional[list[torch.Tensor]] = None
     """Optional [N] list of [L_i] float32 per-token loss weights (OC-GRPO); None = all ones."""
-    guided_prompt_token_ids: Optional[list[Optional[list[int]]]] = None
-    """Optional [N] prompt tokens a row was generated from when a GroupReviser replaced its
-    group (OC-GRPO's guided x̃); None (or a None entry): generated from its own prompt."""
-    guide_fraction: Optional[torch.Tensor] = None
-    """Optional [N] float32 share of the reference solution in the row's guided prompt (0: unguided)."""
+    generated_from: Optional[list[Optional[list[int]]]] = None
+    """Optional [N] prompt tokens a row was generated from when that is not its loss prompt
+    (``prompt_token_ids``): a GroupReviser replaced its group, or swapped its loss prompt. None (or a
+    None entry): generated from its own loss prompt."""
     discarded_rollouts: int = 0
     """Rollouts generated this step that are no longer rows (groups a GroupReviser replaced, its failed tries)."""
     discarded_tokens: int = 0
@@ -312,8 +311,6 @@ class GroupReplacement:
     """name -> [n_g] float32 per-reward-function scores."""
     prompt_token_ids: list[int]
     """The prompt they were generated from (not the pool prompt: the loss still uses that)."""
-    fraction: float = 0.0
-    """Share of the reference solution in that prompt (OC-GRPO)."""
 
 
 @dataclass
@@ -323,14 +320,12 @@ class PromptSwap:
     No rollout changes: the rows were generated from the pool prompt (a guided prompt x̃ served as
     data, OC-GRPO-Fixed); after the swap ``RolloutBatch.prompt_token_ids[pool_index]`` is
     ``loss_prompt_token_ids`` (the plain prompt x) and each row records x̃ in
-    ``guided_prompt_token_ids``, exactly as a ``GroupReplacement`` leaves a replaced group.
+    ``generated_from``, exactly as a ``GroupReplacement`` leaves a replaced group.
     """
 
     pool_index: int
     loss_prompt_token_ids: list[int]
     """The prompt the loss (and every later stage) uses for these rows."""
-    fraction: float = 0.0
-    """Share of the reference solution in the prompt the rows were generated from (OC-GRPO)."""
 
 
 @dataclass

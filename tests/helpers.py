@@ -6,6 +6,15 @@ def parity_reward(completion: str, answer: str, metadata: dict) -> float:
     return float(len(completion) % 2 == 0)
 
 
+def even_answer_reward(completion: str, answer: str, metadata: dict) -> float:
+    """1 when the prompt's answer is an even number, whatever the completion: every group of such a
+    prompt is solved, every group of another is not (a selector skipping solved prompts has work)."""
+    try:
+        return float(int(float(answer)) % 2 == 0)
+    except ValueError:
+        return 0.0
+
+
 def always_raises(completion: str, answer: str, metadata: dict) -> float:
     raise RuntimeError("this reward is broken on purpose")
 

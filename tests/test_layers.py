@@ -8,6 +8,10 @@ Two checks of one map (``LAYERS``):
   no module of a higher layer (so ``lit_rlvr.rollout.loop`` and ``lit_rlvr.module`` load no
   selection method, and the contract loads neither the rollout loop nor the module).
 
+Within the methods' layer, no method's file imports another method's file: what two methods
+share lives in the selector toolkit (``lit_rlvr.selection_toolkit``) or in a helper module of
+``lit_rlvr/callbacks/`` that exports no method.
+
 A new module must be placed in ``LAYERS`` (and in the docs' table) before this test passes.
 """
 
@@ -31,7 +35,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.advantages": 0,
     "lit_rlvr.selection": 0,
     "lit_rlvr.selection_host": 0,
-    "lit_rlvr.selection_host": 0,
+    "lit_rlvr.selection_toolkit": 0,
     # 1. building blocks: pure functions and infrastructure that know no step.
     "lit_rlvr.prompts": 1,
     "lit_rlvr.rewards": 1,
@@ -244,3 +248,42 @@ def test_importing_a_layer_loads_no_module_of_a_higher_layer(layer):
     assert not higher, f"importing {REPRESENTATIVES[layer]} ({NAMES[layer]}) loaded higher layers: {higher}"
     if layer <= 3:  # the core never loads a selection method
         assert not [m for m in loaded if m.startswith("lit_rlvr.callbacks")]
+
+
+def method_modules(package_dir: Path) -> set[str]:
+    """The modules of ``lit_rlvr.callbacks`` that define a method: those its ``__init__`` imports a class from."""
+    init = package_dir / "callbacks" / "__init__.py"
+    tree = ast.parse(init.read_text())
+    return {
+        n.module for n in tree.body
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lit_rlvr.callbacks.") and any(a.name[:1].isupper() for a in n.names)
+    }
+
+
+def cross_method_imports(package_dir: Path) -> list[str]:
+    """``file:line: a imports b`` for every import from one method's file of another's (anywhere in the file)."""
+    methods = method_modules(package_dir)
+    modules = module_names(package_dir)
+    out = []
+    for name in sorted(n for n in modules if n.startswith("lit_rlvr.callbacks.")):
+        for line, target in imported_modules(name, modules[name], set(modules)):
+            if target in methods and target != name:
+                out.append(f"{modules[name].name}:{line}: {name} imports {target}")
+    return out
+
+
+def test_no_method_imports_another_methods_file():
+    assert len(method_modules(ROOT / "lit_rlvr")) >= 11  # ARRoL, DPS, ..., VIGOR: the check sees them
+    found = cross_method_imports(ROOT / "lit_rlvr")
+    assert not found, "a method imports another method's file (move what they share to lit_rlvr.selection_toolkit):\n" + "\n".join(found)
+
+
+def test_the_cross_method_check_finds_a_method_importing_another(tmp_path):
+    callbacks = tmp_path / "lit_rlvr" / "callbacks"
+    callbacks.mkdir(parents=True)
+    (tmp_path / "lit_rlvr" / "__init__.py").write_text("")
+    (callbacks / "__init__.py").write_text("from lit_rlvr.callbacks.a import A\nfrom lit_rlvr.callbacks.b import B\n")
+    (callbacks / "shared.py").write_text("X = 1\n")
+    (callbacks / "a.py").write_text("from lit_rlvr.callbacks.shared import X\nclass A: ...\n")
+    (callbacks / "b.py").write_text("def f():\n    from lit_rlvr.callbacks.a import A\nclass B: ...\n")
+    assert cross_method_imports(tmp_path / "lit_rlvr") == ["b.py:2: lit_rlvr.callbacks.b imports lit_rlvr.callbacks.a"]

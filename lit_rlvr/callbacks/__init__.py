@@ -3,8 +3,11 @@
 Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
 During rollout: ARRoL (a pruner). Pre-backward: DynamicSampling (zero-variance drop), PODS.
 After reward (revise) and loss weights: OCGRPO, OCGRPOFixed. The contract is ``lit_rlvr.selection``
-(re-exported here and by ``base``, so old imports and class paths keep working).
+(re-exported here and by ``base``, so old imports and class paths keep working), its helpers
+``lit_rlvr.selection_toolkit``; docs/writing_a_selector.md shows how to add a method.
 """
+
+from types import ModuleType as _ModuleType
 
 from lit_rlvr.selection import (
     FixedGroupAllocator,
@@ -35,31 +38,5 @@ from lit_rlvr.callbacks.pods import PODS
 from lit_rlvr.callbacks.sara import SARA
 from lit_rlvr.callbacks.vigor import VIGOR
 
-__all__ = [
-    "ARRoL",
-    "DPS",
-    "GRESO",
-    "LEEPS",
-    "OCGRPO",
-    "OCGRPOFixed",
-    "PODS",
-    "SARA",
-    "VIGOR",
-    "DynamicSampling",
-    "FixedGroupAllocator",
-    "GroupReplacement",
-    "GroupReviser",
-    "MoPPS",
-    "PromptSelector",
-    "RolloutAllocator",
-    "PartialRollouts",
-    "RolloutFilter",
-    "RolloutPruner",
-    "RolloutState",
-    "Revision",
-    "SelectionCallback",
-    "TokenWeighter",
-    "gather_rows",
-    "group_observations",
-    "seeded_generator",
-]
+__all__ = sorted(name for name, value in list(globals().items()) if not name.startswith("_") and not isinstance(value, _ModuleType))
+"""Every class and helper imported above: a new method needs only its import line."""

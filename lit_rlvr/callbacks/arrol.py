@@ -65,7 +65,6 @@ from typing_extensions import override
 
 from lit_rlvr.selection import PartialRollouts, RolloutAllocator, RolloutPruner, SelectionCallback, gather_rows, seeded_generator
 from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
-from lit_rlvr.callbacks.state import require_keys, selector_name
 from lit_rlvr.rollout.hidden import last_hidden_states
 from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import Completion, RolloutBatch
@@ -109,6 +108,10 @@ class ARRoL(RolloutPruner):
     """
 
     wants_hidden_states = True
+    state_names = ("head", "calibrator", "totals")
+    metric_names = (
+        "head_auc", "head_brier", "kept_positive_fraction", "cold_start", "head_loss", "tokens_saved", "rollouts_pruned", "head_updates",
+    )
 
     def __init__(
         self,
@@ -162,30 +165,12 @@ class ARRoL(RolloutPruner):
         self._trainer: Optional[pl.Trainer] = None
         self._rows: list[torch.Tensor] = []  # this step's [m, H + 3] (outcome, raw, kept, state...)
         self._step_counts = {"pruned_partial": 0, "continued_tokens": 0, "continued": 0, "pruned": 0}
-        self._metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------ contract
 
     @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"detect_tokens": self.detect_tokens, "keep_ratio": self.keep_ratio, "target_positive": self.target_positive, "survivors": self.survivors}
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"head": self.head.state_dict(), "calibrator": self.calibrator.state_dict(), "totals": dict(self.totals)}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        owner = selector_name(self)
-        require_keys(owner, state_dict, ("head", "calibrator", "totals"))
-        require_keys(f"{owner} totals", state_dict["totals"], self.totals)
-        self.head.load_state_dict(state_dict["head"], f"{owner} head")
-        self.calibrator.load_state_dict(state_dict["calibrator"], f"{owner} calibrator")
-        self.totals.update(state_dict["totals"])
-
-    @override
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: SelectionHost, stage: str) -> None:
@@ -313,7 +298,7 @@ class ARRoL(RolloutPruner):
         self.totals["tokens_saved"] += saved
         self.totals["steps"] += 1
         metrics.update({"tokens_saved": saved, "rollouts_pruned": float(pruned), "head_updates": float(self.head.updates)})
-        self._metrics = metrics
+        self.set_metrics(metrics)
         self._rows = []
         self._step_counts = {k: 0 for k in self._step_counts}
 

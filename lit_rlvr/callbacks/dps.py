@@ -49,10 +49,9 @@ import numpy as np
 from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.selection import PromptSelector, SelectionCallback, gather_rows, keep_top, warn_if_pool_is_batch_sized
-from lit_rlvr.callbacks.mopps import group_success, merge_rows
-from lit_rlvr.callbacks.state import PromptTable, TableHistory
+from lit_rlvr.selection import PromptSelector, SelectionCallback
 from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.selection_toolkit import PromptTable, gather_rows, group_success, keep_top, merge_rows, warn_if_pool_is_batch_sized
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 
@@ -80,7 +79,7 @@ def observed_state(n: np.ndarray, successes: np.ndarray) -> np.ndarray:
     return np.where(rate <= REWARD_TOL, UNSOLVED, np.where(rate >= 1.0 - REWARD_TOL, SOLVED, PARTIAL)).astype(np.int64)
 
 
-class DPS(TableHistory, PromptSelector):
+class DPS(PromptSelector):
     """Predict each prompt's next group outcome with a per-prompt HMM; train on the likeliest partial ones.
 
     Args:
@@ -90,6 +89,12 @@ class DPS(TableHistory, PromptSelector):
         success_threshold: a rollout succeeds when its reward is ≥ this (1.0); null uses the mean
             reward clipped to [0, 1] as the success rate.
     """
+
+    state_names = ("table", "updates")
+    metric_names = (
+        "candidates", "selected", "p_partial_selected_mean", "p_partial_candidates_mean", "observed", "observed_unsolved",
+        "observed_partial", "observed_solved", "predicted_partial_observed_mean", "prompts_tracked",
+    )
 
     def __init__(self, decay: float = 0.5, prior_alpha: float = 1.0, success_threshold: Optional[float] = 1.0) -> None:
         super().__init__()
@@ -112,7 +117,6 @@ class DPS(TableHistory, PromptSelector):
         )
         self.updates = 0
         """Steps observed so far."""
-        self._metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup and state
 
@@ -170,17 +174,16 @@ class DPS(TableHistory, PromptSelector):
         eligible = np.asarray(pool.eligible(), dtype=np.int64)
         p_partial = self.belief(pool.ids.numpy()[eligible])[:, PARTIAL]  # [E]
         order = keep_top(pool, eligible, p_partial)  # ties: pool order
-        self._metrics = {
+        self.set_metrics({
             "candidates": float(len(eligible)),
             "selected": float(len(order)),
             "p_partial_selected_mean": float(p_partial[order].mean()) if len(order) else 0.0,
             "p_partial_candidates_mean": float(p_partial.mean()) if len(eligible) else 0.0,
-        }
+        })
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
-        if isinstance(batch, PromptPool):
-            self.select(batch)
+    def select_prompts(self, trainer: pl.Trainer, pl_module: SelectionHost, pool: PromptPool) -> None:
+        self.select(pool)
 
     @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
@@ -191,7 +194,7 @@ class DPS(TableHistory, PromptSelector):
         self.update(ids, n, succ)
         self.updates += 1
         k = max(len(ids), 1)
-        self._metrics.update(
+        self.add_metrics(
             {
                 "observed": float(len(ids)),
                 "observed_unsolved": float((obs == UNSOLVED).sum() / k),

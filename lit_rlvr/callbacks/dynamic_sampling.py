@@ -57,7 +57,6 @@ from lit_rlvr.selection import (
     RolloutState,
     SelectionCallback,
 )
-from lit_rlvr.callbacks.state import require_keys, selector_name
 from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import RolloutBatch
 
@@ -166,6 +165,14 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
     """
 
     plans_whole_groups = True  # every round: G rollouts for each admitted prompt (``_schedule``)
+    state_names = ("cap_hits", "underfilled_steps", "last_effective_ratio")
+    optional_state = {"underfilled_steps": 0}
+    """Checkpoints before 19fa7bb lack ``underfilled_steps`` (0 then)."""
+    nullable_state = ("last_effective_ratio",)
+    metric_names = (
+        "refill_rounds", "prompts_rolled_out", "groups_effective", "groups_kept", "groups_zero_variance",
+        "groups_out_of_band", "groups_truncated", "rollouts_dropped", "cap_hit", "cap_hits", "underfilled_steps",
+    )
 
     def __init__(
         self,
@@ -211,7 +218,6 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
         self._underfilled = False
         self._warned_underfilled = False
         self.last_effective_ratio: Optional[float] = None
-        self._metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------ contract
 
@@ -226,24 +232,6 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
             "refill_margin": self.refill_margin,
             "adaptive_first_round": self.adaptive_first_round,
         }
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        ratio = -1.0 if self.last_effective_ratio is None else float(self.last_effective_ratio)
-        return {"cap_hits": int(self.cap_hits), "underfilled_steps": int(self.underfilled_steps), "last_effective_ratio": ratio}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """``underfilled_steps`` is optional: checkpoints before 19fa7bb lack it (0 then)."""
-        require_keys(selector_name(self), state_dict, ("cap_hits", "last_effective_ratio"), optional=("underfilled_steps",))
-        self.cap_hits = int(state_dict["cap_hits"])
-        self.underfilled_steps = int(state_dict.get("underfilled_steps", 0))
-        ratio = float(state_dict["last_effective_ratio"])
-        self.last_effective_ratio = None if ratio < 0 else ratio
-
-    @override
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
 
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
@@ -417,7 +405,7 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
             self.underfilled_steps += 1
         if groups_total > 0:
             self.last_effective_ratio = eff_total / groups_total
-        self._metrics = {
+        self.set_metrics({
             "refill_rounds": float(max(rounds - 1, 0)),
             "prompts_rolled_out": float(len(torch.unique(batch.prompt_index))) if n else 0.0,
             "groups_effective": float(len(eff_groups)),
@@ -429,6 +417,6 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
             "cap_hit": float(self._cap_hit),
             "cap_hits": float(self.cap_hits),
             "underfilled_steps": float(self.underfilled_steps),
-        }
+        })
         self._cap_hit = False
         return keep

@@ -59,9 +59,9 @@ import numpy as np
 import torch
 from typing_extensions import override
 
-from lit_rlvr.selection import PromptSelector, data_epoch, gather_rows, group_observations, seeded_generator
-from lit_rlvr.callbacks.state import PromptTable, require_keys, selector_name
+from lit_rlvr.selection import PromptSelector
 from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.selection_toolkit import PromptTable, data_epoch, gather_rows, group_observations, require_keys, seeded_generator, selector_name
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 
@@ -114,6 +114,13 @@ class GRESO(PromptSelector):
             (all correct), below it "hard" (all wrong). 0.5 suits {0, 1} rewards.
     """
 
+    state_names = ("table", "p_easy", "p_hard", "epoch", "last_zero_variance_ratio")
+    nullable_state = ("last_zero_variance_ratio",)
+    metric_names = (
+        "prompts_skipped", "prompts_kept", "skipped_easy", "skipped_hard", "p_easy", "p_hard",
+        "easy_ratio", "hard_ratio", "groups_observed", "epoch",
+    )
+
     def __init__(
         self,
         p_easy: float = 0.5,
@@ -153,7 +160,6 @@ class GRESO(PromptSelector):
         self.epoch = 0
         self.last_zero_variance_ratio: Optional[float] = None
         self.table = PromptTable({"z_easy": (np.int32, 0), "z_hard": (np.int32, 0), "last_step": (np.int64, -1)})
-        self._metrics: dict[str, float] = {}
         self._reset_step_counts()
 
     # ------------------------------------------------------------------ contract
@@ -173,33 +179,16 @@ class GRESO(PromptSelector):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        table = {k: torch.from_numpy(v) for k, v in self.table.state_dict().items()}
-        ratio = -1.0 if self.last_zero_variance_ratio is None else float(self.last_zero_variance_ratio)
-        return {
-            **table,
-            "p_easy": float(self.p_easy),
-            "p_hard": float(self.p_hard),
-            "epoch": int(self.epoch),
-            "last_zero_variance_ratio": ratio,
-        }
+        """The base's, with the table's columns at the top level: the layout GRESO's checkpoints have."""
+        state = super().state_dict()
+        return {**state.pop("table"), **state}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        owner = selector_name(self)
         columns = ("z_easy", "z_hard", "last_step")
-        require_keys(owner, state_dict, (*columns, "p_easy", "p_hard", "epoch", "last_zero_variance_ratio"))
-        self.table.load_state_dict(
-            {k: np.asarray(v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in state_dict.items() if k in columns}, owner
-        )
-        self.p_easy = float(state_dict["p_easy"])
-        self.p_hard = float(state_dict["p_hard"])
-        self.epoch = int(state_dict["epoch"])
-        ratio = float(state_dict["last_zero_variance_ratio"])
-        self.last_zero_variance_ratio = None if ratio < 0 else ratio
-
-    @override
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
+        require_keys(selector_name(self), state_dict, (*columns, *self.state_names[1:]))  # the flat layout, strictly
+        rest = {k: v for k, v in state_dict.items() if k not in columns}
+        super().load_state_dict({"table": {k: state_dict[k] for k in columns if k in state_dict}, **rest})
 
     # ------------------------------------------------------------------ pre-rollout
 
@@ -240,9 +229,9 @@ class GRESO(PromptSelector):
         return n_skip
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: PromptPool, batch_idx: int) -> None:
+    def select_prompts(self, trainer: pl.Trainer, pl_module: SelectionHost, pool: PromptPool) -> None:
         self._reset_step_counts()
-        self.filter_pool(batch, batch.eligible(), batch.context.step, batch.context.seed)
+        super().select_prompts(trainer, pl_module, pool)  # filter_pool over the eligible prompts
 
     @override
     def expected_effective_ratio(self) -> Optional[float]:
@@ -296,7 +285,7 @@ class GRESO(PromptSelector):
             self.last_zero_variance_ratio = easy_ratio + hard_ratio
             if self.epoch >= 1:
                 self._adapt(easy_ratio, hard_ratio)
-        self._metrics.update(
+        self.add_metrics(
             {
                 "p_easy": self.p_easy,
                 "p_hard": self.p_hard,
@@ -327,7 +316,7 @@ class GRESO(PromptSelector):
 
     def _update_skip_metrics(self) -> None:
         skipped = self._skipped_easy + self._skipped_hard
-        self._metrics.update(
+        self.add_metrics(
             {
                 "prompts_skipped": float(skipped),
                 "prompts_kept": float(self._considered - skipped),

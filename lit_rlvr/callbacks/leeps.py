@@ -76,7 +76,7 @@ from lit_rlvr.selection import (
 from lit_rlvr.callbacks.embedding import PromptEncoder, build_encoder
 from lit_rlvr.callbacks.leeps_estimates import blend_prediction, neighbour_mean, rollout_rows, split_slots
 from lit_rlvr.callbacks.prompt_index import PromptIndex, check_index_state, import_faiss
-from lit_rlvr.callbacks.state import PromptTable, require_keys, selector_name, table_state
+from lit_rlvr.selection_toolkit import PromptTable, require_keys, selector_name, table_state
 from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptPool, RolloutBatch
 
@@ -125,6 +125,13 @@ class LEEPS(PromptSelector):
         reembed_on_mismatch: on resume with embeddings of another dimension (another model or
             encoder), drop them and re-embed instead of failing.
     """
+
+    metric_names = (
+        "embed_s", "embedded", "refreshed_all", "candidates", "candidates_exploit", "exploit_share", "explore_share",
+        "exploit_nontrivial", "explore_nontrivial", "neighbour_hit_rate", "explore_no_estimate", "p_hat_selected_mean",
+        "index_size", "query_s", "searched", "select_s", "groups_observed", "exploit_nontrivial_step",
+        "explore_nontrivial_step", "predicted_vs_observed_mae", "predicted_vs_observed_mae_own",
+    )
 
     def __init__(
         self,
@@ -216,7 +223,6 @@ class LEEPS(PromptSelector):
         """[W, 2] groups observed per (step slot, portfolio)."""
         self.updates = 0
         self._pending_index: Optional[dict[str, Any]] = None
-        self._metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup and state
 
@@ -282,10 +288,6 @@ class LEEPS(PromptSelector):
         self.updates = int(state_dict["updates"])
         self.full_refresh_step = int(state_dict.get("full_refresh_step", 0))
         self.index, self._pending_index = None, state_dict["index"]  # loaded at setup (faiss checked there)
-
-    @override
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
 
     # ------------------------------------------------------------------ estimates
 
@@ -367,7 +369,7 @@ class LEEPS(PromptSelector):
         keep_only(pool, eligible, np.concatenate([ex_pick, xp_pick]))
         chosen = max(len(ex_pick) + len(xp_pick), 1)
         slots = est["neighbours"].sum()
-        self._metrics.update(
+        self.add_metrics(
             {
                 "candidates": float(len(eligible)),
                 "candidates_exploit": float(len(ex_idx)),
@@ -386,15 +388,13 @@ class LEEPS(PromptSelector):
         )
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
-        if not isinstance(batch, PromptPool):
-            return
-        step = batch.context.step
+    def select_prompts(self, trainer: pl.Trainer, pl_module: SelectionHost, pool: PromptPool) -> None:
+        step = pool.context.step
         t0 = time.perf_counter()
         refreshed = self.refresh_all(trainer, pl_module, step)
-        embedded = self.embed(trainer, pl_module, batch, np.asarray(batch.eligible(), dtype=np.int64), step)
-        self._metrics = {"embed_s": time.perf_counter() - t0, "embedded": float(embedded + refreshed), "refreshed_all": float(refreshed)}
-        self.select(batch, step, batch.context.seed)
+        embedded = self.embed(trainer, pl_module, pool, np.asarray(pool.eligible(), dtype=np.int64), step)
+        self.set_metrics({"embed_s": time.perf_counter() - t0, "embedded": float(embedded + refreshed), "refreshed_all": float(refreshed)})
+        self.select(pool, step, pool.context.seed)
 
     def _exploit_order(self, ids: np.ndarray, step: int, seed: int) -> np.ndarray:
         """Order of exploit candidates ``ids`` [X] by ``exploit_rank`` (ties keep pool order)."""
@@ -462,7 +462,7 @@ class LEEPS(PromptSelector):
         self.updates += 1
         groups = np.bincount(portfolio, minlength=2)
         hits = np.bincount(portfolio, weights=nontrivial, minlength=2)
-        self._metrics.update(
+        self.add_metrics(
             {
                 "groups_observed": float(len(ids)),
                 "exploit_nontrivial_step": float(hits[EXPLOIT] / groups[EXPLOIT]) if groups[EXPLOIT] else float("nan"),

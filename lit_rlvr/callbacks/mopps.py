@@ -36,66 +36,28 @@ Implementation notes:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 import lightning.pytorch as pl
 import numpy as np
-import torch
 from typing_extensions import override
 
-from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.selection import (
-    PromptSelector,
-    SelectionCallback,
+from lit_rlvr.selection import PromptSelector, SelectionCallback
+from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.selection_toolkit import (
+    PromptTable,
+    beta_thompson,
+    beta_update,
     gather_rows,
-    group_observations,
+    group_success,
     keep_top,
-    seeded_generator,
+    merge_rows,
     warn_if_pool_is_batch_sized,
 )
-from lit_rlvr.callbacks.state import PromptTable, TableHistory
-from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 
-def group_success(batch: RolloutBatch, success_threshold: Optional[float]) -> torch.Tensor:
-    """[K, 3] float64 rows (prompt id, n rollouts, successes) per rolled-out prompt of ``batch``.
-
-    A rollout succeeds when its reward is ≥ ``success_threshold`` − ``REWARD_TOL``; with
-    ``None`` each rollout contributes its reward clipped to [0, 1] (fractional successes).
-    """
-    if success_threshold is None:
-        success = batch.rewards.double().clamp(0.0, 1.0)
-    else:
-        success = (batch.rewards.double() >= success_threshold - REWARD_TOL).double()
-    obs = group_observations(dataclasses.replace(batch, rewards=success))  # [K, 4] (id, n, sum, zero-variance)
-    return obs[:, :3]
-
-
-def merge_rows(rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sum the (n, successes) of rows that share a prompt id: (ids [U] int64, n [U], successes [U])."""
-    arr = rows.double().numpy().reshape(-1, 3)
-    ids, inverse = np.unique(arr[:, 0].astype(np.int64), return_inverse=True)
-    n = np.zeros(len(ids))
-    succ = np.zeros(len(ids))
-    np.add.at(n, inverse, arr[:, 1])
-    np.add.at(succ, inverse, arr[:, 2])
-    return ids, n, succ
-
-
-def beta_thompson(alpha: np.ndarray, beta: np.ndarray, ids: np.ndarray, seed: int, step: int, salt: str) -> np.ndarray:
-    """[K] r̂ ~ Beta(alpha, beta), each drawn from ``seeded_generator(seed, step, id, salt)`` (two Gamma draws)."""
-    out = np.empty(len(ids))
-    for k, pid in enumerate(ids.tolist()):
-        g = seeded_generator(seed, step, int(pid), salt)
-        x = torch._standard_gamma(torch.tensor([alpha[k], beta[k]], dtype=torch.float64), generator=g)
-        total = float(x.sum())
-        out[k] = float(x[0]) / total if total > 0 else 0.5
-    return out
-
-
-class MoPPS(TableHistory, PromptSelector):
+class MoPPS(PromptSelector):
     """Thompson-sample each candidate's success rate from its Beta posterior; keep the B closest to 0.5.
 
     Args:
@@ -106,6 +68,12 @@ class MoPPS(TableHistory, PromptSelector):
         success_threshold: a rollout succeeds when its reward is ≥ this (1.0); null uses the
             mean reward clipped to [0, 1] as the success rate (continuous rewards).
     """
+
+    state_names = ("table", "updates")
+    metric_names = (
+        "candidates", "selected", "r_hat_selected_mean", "posterior_mean_selected", "posterior_mean_candidates",
+        "updated", "success_rate_observed", "prompts_tracked",
+    )
 
     def __init__(
         self,
@@ -128,7 +96,6 @@ class MoPPS(TableHistory, PromptSelector):
         )
         self.updates = 0
         """Posterior updates (steps observed) so far."""
-        self._metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup and state
 
@@ -151,10 +118,9 @@ class MoPPS(TableHistory, PromptSelector):
         """α ← λα + (1−λ)α0 + n·s;  β ← λβ + (1−λ)β0 + n(1−s), for distinct ``ids`` (n·s = successes)."""
         if len(ids) == 0:
             return
-        lam = self.decay
-        a, b = self.posterior(ids)
-        self.table.set("alpha", ids, lam * a + (1 - lam) * self.prior_alpha + successes)
-        self.table.set("beta", ids, lam * b + (1 - lam) * self.prior_beta + (n - successes))
+        a, b = beta_update(*self.posterior(ids), n, successes, self.decay, self.prior_alpha, self.prior_beta)
+        self.table.set("alpha", ids, a)
+        self.table.set("beta", ids, b)
         self.table.set("updates", ids, self.table.get("updates", ids) + 1)
 
     # ------------------------------------------------------------------ hooks
@@ -166,18 +132,17 @@ class MoPPS(TableHistory, PromptSelector):
         a, b = self.posterior(ids)
         r_hat = beta_thompson(a, b, ids, seed, step, "mopps")  # [E]
         order = keep_top(pool, eligible, (r_hat - 0.5) ** 2, largest=False)  # ties: pool order
-        self._metrics = {
+        self.set_metrics({
             "candidates": float(len(eligible)),
             "selected": float(len(order)),
             "r_hat_selected_mean": float(r_hat[order].mean()) if len(order) else 0.0,
             "posterior_mean_selected": float((a / (a + b))[order].mean()) if len(order) else 0.0,
             "posterior_mean_candidates": float((a / (a + b)).mean()) if len(eligible) else 0.0,
-        }
+        })
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
-        if isinstance(batch, PromptPool):
-            self.select(batch, batch.context.step, batch.context.seed)
+    def select_prompts(self, trainer: pl.Trainer, pl_module: SelectionHost, pool: PromptPool) -> None:
+        self.select(pool, pool.context.step, pool.context.seed)
 
     @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
@@ -185,7 +150,7 @@ class MoPPS(TableHistory, PromptSelector):
         ids, n, succ = merge_rows(rows)
         self.update(ids, n, succ)
         self.updates += 1
-        self._metrics.update(
+        self.add_metrics(
             {
                 "updated": float(len(ids)),
                 "success_rate_observed": float(succ.sum() / n.sum()) if n.sum() > 0 else 0.0,

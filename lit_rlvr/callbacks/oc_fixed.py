@@ -9,9 +9,9 @@ generated from x̃ by the ordinary rollout stage. This callback then does what t
 does to a group it replaced:
 
 * stage 3b (``revise``): a ``PromptSwap`` per guided group, no rollout changed: the loss prompt
-  of that pool entry becomes x, and each row records x̃ (``batch.guided_prompt_token_ids``) and its
-  fraction (``batch.guide_fraction``), so the ratio is π_θ(y|x)/π_old(y|x);
-* stage 6 (``token_weights``, from ``oc_grpo.GuidedTokenWeights``): the Adaptive variant's weights,
+  of that pool entry becomes x, and each row records x̃ (``batch.generated_from``), so the ratio
+  is π_θ(y|x)/π_old(y|x);
+* stage 6 (``token_weights``, from ``oc_shared.GuidedTokenWeights``): the Adaptive variant's weights,
   w_t = clamp((π_old(y_t|x)/π_old(y_t|x̃))^γ, 0.01, 1) on guided rows, exactly 1 on the others.
 """
 
@@ -24,9 +24,9 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lit_rlvr.callbacks.oc_grpo import GuidedTokenWeights
-from lit_rlvr.callbacks.state import require_keys, selector_name
-from lit_rlvr.selection import GroupReviser, Revision, gather_rows
+from lit_rlvr.callbacks.oc_shared import GuidedTokenWeights
+from lit_rlvr.selection import GroupReviser, Revision
+from lit_rlvr.selection_toolkit import gather_rows
 from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.types import PromptSwap, RolloutBatch, RolloutStats
 
@@ -67,6 +67,8 @@ class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
         importance_weight: False trains the guided rows with w = 1 (plain guided training).
     """
 
+    state_names = ("totals",)
+
     def __init__(self, gamma: float = 1.0, clamp_min: float = 0.01, clamp_max: float = 1.0, importance_weight: bool = True) -> None:
         super().__init__()
         if not 0.0 < clamp_min <= clamp_max:
@@ -77,7 +79,6 @@ class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
         self.importance_weight = bool(importance_weight)
         self.totals = {"guided_groups": 0, "guided_rollouts": 0}
         """Over the run (all ranks): guided groups and rollouts trained on their plain prompt."""
-        self._step_metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup and state
 
@@ -106,17 +107,6 @@ class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
     def _state_key_fields(self) -> dict[str, Any]:
         return {"gamma": self.gamma, "clamp_min": self.clamp_min}
 
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"totals": dict(self.totals)}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        owner = selector_name(self)
-        require_keys(owner, state_dict, ("totals",))
-        require_keys(f"{owner} totals", state_dict["totals"], self.totals)
-        self.totals.update({k: int(v) for k, v in state_dict["totals"].items()})
-
     # ------------------------------------------------------------------ stage 3b: the swap
 
     @override
@@ -128,7 +118,7 @@ class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
             if info is None:
                 continue
             fraction, plain = info
-            swaps.append(PromptSwap(pool_index=p, loss_prompt_token_ids=pl_module.render_prompt(plain), fraction=fraction))
+            swaps.append(PromptSwap(pool_index=p, loss_prompt_token_ids=pl_module.render_prompt(plain)))
             fractions.append(fraction)
             rollouts += len(rows)
         local = torch.tensor([[float(len(swaps)), float(rollouts), float(sum(fractions))]], dtype=torch.float64)
@@ -136,8 +126,8 @@ class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
         groups = int(total[0])
         self.totals["guided_groups"] += groups
         self.totals["guided_rollouts"] += int(total[1])
-        self._step_metrics = {
+        self.set_metrics({
             "oc/guided_groups": float(groups),
             "oc/mean_fraction": float(total[2]) / groups if groups else float("nan"),
-        }
+        })
         return Revision(swaps=swaps)

@@ -23,9 +23,9 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lit_rlvr.selection import RolloutFilter, SelectionCallback, seeded_generator
-from lit_rlvr.callbacks.state import require_keys, selector_name
+from lit_rlvr.selection import RolloutFilter, SelectionCallback
 from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.selection_toolkit import seeded_generator
 from lit_rlvr.types import RolloutBatch
 
 
@@ -98,6 +98,9 @@ class PODS(RolloutFilter):
             prompt id)) or "max_reward" (the m highest rewards; ties keep generation order).
     """
 
+    state_names = ("rollouts_dropped_total",)
+    metric_names = ("rollouts_dropped", "rollouts_kept", "groups")
+
     def __init__(self, num_keep: int = 16, rule: str = "max_variance") -> None:
         super().__init__()
         if num_keep < 2:
@@ -109,24 +112,10 @@ class PODS(RolloutFilter):
         self.num_keep = int(num_keep)
         self.rule = rule
         self.rollouts_dropped_total = 0
-        self._metrics: dict[str, float] = {}
 
     @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"num_keep": self.num_keep, "rule": self.rule}
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"rollouts_dropped_total": int(self.rollouts_dropped_total)}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        require_keys(selector_name(self), state_dict, ("rollouts_dropped_total",))
-        self.rollouts_dropped_total = int(state_dict["rollouts_dropped_total"])
-
-    @override
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
 
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
@@ -147,7 +136,7 @@ class PODS(RolloutFilter):
         dropped = int(keep_in.sum()) - int(keep.sum())
         self.rollouts_dropped_total += dropped
         groups_in = int(torch.unique(batch.prompt_index[keep_in]).numel()) if len(batch) else 0
-        self._metrics = {"rollouts_dropped": float(dropped), "rollouts_kept": float(int(keep.sum())), "groups": float(groups_in)}
+        self.set_metrics({"rollouts_dropped": float(dropped), "rollouts_kept": float(int(keep.sum())), "groups": float(groups_in)})
         return keep
 
 

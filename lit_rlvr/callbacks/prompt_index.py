@@ -44,7 +44,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import torch
 
-from lit_rlvr.callbacks.state import PromptTable, require_keys
+from lit_rlvr.selection_toolkit import PromptTable, require_keys
 
 __all__ = ["PromptIndex", "check_index_state", "import_faiss"]
 

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from lit_rlvr.callbacks.state import require_keys
+from lit_rlvr.selection_toolkit import require_keys
 
 __all__ = ["BucketCalibrator", "QualityHead", "auc", "brier", "choose_survivors"]
 

@@ -86,10 +86,9 @@ import torch
 from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback, gather_rows
-from lit_rlvr.callbacks.mopps import group_success, merge_rows
-from lit_rlvr.callbacks.state import PromptTable, require_keys, selector_name, table_state
+from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback
 from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.selection_toolkit import PromptTable, beta_update, gather_rows, group_success, merge_rows
 from lit_rlvr.types import RolloutBatch
 
 
@@ -140,6 +139,11 @@ class SARA(RolloutAllocator):
             prompt being probed to a full group (false: whenever K rollouts of budget are left).
     """
 
+    metric_names = (
+        "committed", "abandoned", "admitted", "extended", "rollouts", "budget", "budget_used", "groups",
+        "undecided", "effective_groups", "group_size_mean", "prompts_drawn", "rounds",
+    )
+
     def __init__(
         self,
         probe_size: int = 2,
@@ -184,7 +188,8 @@ class SARA(RolloutAllocator):
         self._prior: list[tuple[float, float]] = []
         self._step_budget = 0
         self._counters: dict[str, float] = {}
-        self._metrics: dict[str, float] = {}
+        self.state_names = ("table",) if self.persist else ()
+        """The history table when ``persist`` (it is part of ``state_key``), else nothing."""
 
     # ------------------------------------------------------------------ setup and state
 
@@ -206,22 +211,6 @@ class SARA(RolloutAllocator):
             "success_threshold": self.success_threshold,
             "persist": self.persist,
         }
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"table": table_state(self.table)} if self.persist else {}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The history table when ``persist`` (it is part of ``state_key``), else nothing."""
-        owner = selector_name(self)
-        require_keys(owner, state_dict, ("table",) if self.persist else ())
-        if self.persist:
-            self.table.load_state_dict(state_dict["table"], f"{owner} table")
-
-    @override
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
 
     # ------------------------------------------------------------------ the plan
 
@@ -329,7 +318,7 @@ class SARA(RolloutAllocator):
                 "rounds": float(state.round),
             }
         )
-        self._metrics = m
+        self.set_metrics(m)
 
     # ------------------------------------------------------------------ persistence
 
@@ -341,7 +330,6 @@ class SARA(RolloutAllocator):
         ids, n, succ = merge_rows(rows)
         if len(ids) == 0:
             return
-        lam = self.decay
-        a, b = self.table.get("alpha", ids), self.table.get("beta", ids)
-        self.table.set("alpha", ids, lam * a + (1 - lam) * self.prior_alpha + succ)
-        self.table.set("beta", ids, lam * b + (1 - lam) * self.prior_beta + (n - succ))
+        a, b = beta_update(self.table.get("alpha", ids), self.table.get("beta", ids), n, succ, self.decay, self.prior_alpha, self.prior_beta)
+        self.table.set("alpha", ids, a)
+        self.table.set("beta", ids, b)

@@ -45,7 +45,6 @@ import torch
 from typing_extensions import override
 
 from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback
-from lit_rlvr.callbacks.state import require_keys, selector_name
 from lit_rlvr.selection_host import SelectionHost
 
 
@@ -65,6 +64,8 @@ class VIGOR(RolloutAllocator):
         gamma: factor multiplying the per-round count of the kept prompts. Default 2.
             With the defaults the average group is m0·Σ_{t<T}(αγ)^t = 8 rollouts, and
             ``model.rollout.num_generations`` must equal that average (checked at setup).
+
+    It carries no state across steps (its schedule depends only on the step's own rewards).
     """
 
     def __init__(self, rounds: int = 4, m0: int = 2, alpha: float = 0.5, gamma: float = 2.0) -> None:
@@ -84,7 +85,10 @@ class VIGOR(RolloutAllocator):
         self.max_rounds = self.rounds
         self._active: list[int] = []  # pool indices active in the round being planned (within a step)
         self._active_per_round: list[int] = []
-        self._metrics: dict[str, float] = {}
+        self.metric_names = (
+            "rollouts", "prompts", "group_size_mean", "group_size_max", "effective_groups",
+            *(f"active_round{t}" for t in range(self.rounds)),
+        )
 
     # ------------------------------------------------------------------ setup and state
 
@@ -109,19 +113,6 @@ class VIGOR(RolloutAllocator):
     @override
     def _state_key_fields(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "m0": self.m0, "alpha": self.alpha, "gamma": self.gamma}
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        """VIGOR carries nothing across steps: its schedule depends only on the step's own rewards."""
-        return {}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        require_keys(selector_name(self), state_dict, ())
-
-    @override
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
 
     # ------------------------------------------------------------------ the schedule
 
@@ -181,5 +172,5 @@ class VIGOR(RolloutAllocator):
         }
         for t in range(self.rounds):
             m[f"active_round{t}"] = float(self._active_per_round[t]) if t < len(self._active_per_round) else 0.0
-        self._metrics = m
+        self.set_metrics(m)
         self._active = []

@@ -3,7 +3,7 @@
 The module calls ``revise(reviser, trainer, module, batch, stats)`` once per step, after scoring and
 before the observe stage. Replacement is row for row: a replaced group keeps its rows,
 prompt index and round; its completions, rewards and reward components are the new
-ones, and each row records the prompt it was generated from and the guide fraction.
+ones, and each row records the prompt it was generated from (``batch.generated_from``).
 The loss still uses the pool prompt. Replaced and failed rollouts stay counted as
 generated (``batch.discarded_rollouts`` / ``discarded_tokens``). A prompt swap (OC-GRPO-Fixed)
 keeps the rollouts and changes the pool prompt the loss uses; each of its rows records the
@@ -49,10 +49,8 @@ def apply_revision(batch: RolloutBatch, revision: Revision) -> None:
     pool prompt, x̃) and the loss prompt of that pool entry becomes the swap's (x).
     """
     n = len(batch)
-    if batch.guided_prompt_token_ids is None:
-        batch.guided_prompt_token_ids = [None] * n
-    if batch.guide_fraction is None:
-        batch.guide_fraction = torch.zeros(n, dtype=torch.float32)
+    if batch.generated_from is None:
+        batch.generated_from = [None] * n
     groups = batch.group_indices()
     for rep in revision.replacements:
         rows = groups[rep.pool_index].tolist()  # [n_g]
@@ -64,10 +62,9 @@ def apply_revision(batch: RolloutBatch, revision: Revision) -> None:
             batch.discarded_rollouts += 1
             batch.discarded_tokens += len(batch.completions[r].token_ids)
             batch.completions[r] = rep.completions[j]
-            batch.guided_prompt_token_ids[r] = list(rep.prompt_token_ids)
+            batch.generated_from[r] = list(rep.prompt_token_ids)
         idx = torch.tensor(rows, dtype=torch.long)
         batch.rewards[idx] = rep.rewards.float()
-        batch.guide_fraction[idx] = float(rep.fraction)
         for name, values in batch.reward_components.items():
             values[idx] = rep.components[name].float()
     replaced = {rep.pool_index for rep in revision.replacements}
@@ -77,8 +74,7 @@ def apply_revision(batch: RolloutBatch, revision: Revision) -> None:
         rows = groups[swap.pool_index].tolist() if swap.pool_index in groups else []  # [n_g]
         generated_from = list(batch.prompt_token_ids[swap.pool_index])  # x̃: what the engine was given
         for r in rows:
-            batch.guided_prompt_token_ids[r] = list(generated_from)
-        batch.guide_fraction[torch.tensor(rows, dtype=torch.long)] = float(swap.fraction)
+            batch.generated_from[r] = list(generated_from)
         batch.prompt_token_ids[swap.pool_index] = list(swap.loss_prompt_token_ids)
     batch.discarded_rollouts += revision.discarded_rollouts
     batch.discarded_tokens += revision.discarded_tokens

@@ -64,13 +64,12 @@ class FixedProbe(_TokenWeighter):
                 groups.append({
                     "id": int(batch.pool.ids[p]), "rows": len(rows), "fraction": fraction,
                     "loss_prompt_is_plain": batch.prompt_token_ids[p] == x and x != x_guided,
-                    "rows_record_guided": all(batch.guided_prompt_token_ids[r] == x_guided for r in rows),
-                    "row_fractions": [float(batch.guide_fraction[r]) for r in rows],
+                    "rows_record_guided": all(batch.generated_from[r] == x_guided for r in rows),
                     "weights": [batch.token_weights[r].clone() for r in rows], "by_hand": by_hand,
                 })
         finally:
             pl_module.policy.train(was_training)
-        unguided = [batch.token_weights[r] for r in range(len(batch)) if batch.guided_prompt_token_ids[r] is None]
+        unguided = [batch.token_weights[r] for r in range(len(batch)) if batch.generated_from[r] is None]
         self.steps[int(pl_module.steps_done)] = {
             "ids": sorted(int(batch.pool.ids[p]) for p in batch.group_indices()), "guided": groups,
             "unguided_weights_one": all(bool((w == 1.0).all()) for w in unguided), "rows": len(batch),

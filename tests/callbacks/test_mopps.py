@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from lit_rlvr.callbacks.base import seeded_generator
-from lit_rlvr.callbacks.mopps import MoPPS, beta_thompson, group_success
+from lit_rlvr.callbacks.mopps import MoPPS
+from lit_rlvr.selection_toolkit import beta_thompson, group_success
 from tests.callbacks.fixtures import at_step, make_batch, make_pool
 
 

@@ -223,9 +223,8 @@ def test_revise_replaces_solved_groups_whole_and_leaves_unsolved_ones():
     # group 0 (rows 0, 4) replaced whole by its 0.4 attempt; the rest untouched
     assert batch.rewards.tolist() == [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
     assert batch.reward_components["shown_key"].tolist() == batch.rewards.tolist()
-    assert torch.equal(batch.guide_fraction, torch.tensor([0.4, 0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0]))
-    assert [p is not None for p in batch.guided_prompt_token_ids] == [True, False, False, False, True, False, False, False]
-    assert bytes(batch.guided_prompt_token_ids[0]).decode() == engine.calls[1][0][0]
+    assert [p is not None for p in batch.generated_from] == [True, False, False, False, True, False, False, False]
+    assert bytes(batch.generated_from[0]).decode() == engine.calls[1][0][0]
     assert batch.prompt_index.tolist() == prompt_index.tolist()  # rows keep their pool prompt: the loss uses x
     # every rollout counted: the 8 rows + 14 guided ones besides the 8 original
     # (group 0: 2 at 0.2 + 2 at 0.4; group 1: 2 at each of 5 fractions = 10) -> 8 + 14 = 22
@@ -279,8 +278,8 @@ def _guided_batch(module, seed=0):
     pool = PromptPool(ids=[0], messages=[[{"role": "user", "content": "q"}]], answers=["a"], metadata=[{}], batch_size=1)
     return RolloutBatch(pool=pool, prompt_index=torch.zeros(3, dtype=torch.long), prompt_token_ids=[x], completions=comps,
                         rewards=torch.tensor([1.0, 0.0, 1.0]), round=torch.zeros(3, dtype=torch.long),
-                        keep=torch.ones(3, dtype=torch.bool), guided_prompt_token_ids=[x_guided, None, x_guided],
-                        guide_fraction=torch.tensor([0.6, 0.0, 0.6]), advantages=torch.tensor([0.7, -1.4, 0.7]))
+                        keep=torch.ones(3, dtype=torch.bool), generated_from=[x_guided, None, x_guided],
+                        advantages=torch.tensor([0.7, -1.4, 0.7]))
 
 
 def _direct_logprobs(model, prompt, completion, temperature):
@@ -304,7 +303,7 @@ def test_weights_on_guided_rows_and_exactly_one_on_unguided_rows():
         for r in (0, 2):
             y = batch.completions[r].token_ids
             plain = _direct_logprobs(module.policy, batch.prompt_token_ids[0], y, T)
-            guided = _direct_logprobs(module.policy, batch.guided_prompt_token_ids[r], y, T)
+            guided = _direct_logprobs(module.policy, batch.generated_from[r], y, T)
             expected = torch.exp(plain - guided).clamp(0.01, 1.0)
             assert torch.allclose(weights[r], expected, atol=1e-5), (r, weights[r], expected)
     assert oc.last_metrics["oc/is_weight_min"] == pytest.approx(float(torch.cat([weights[0], weights[2]]).min()))

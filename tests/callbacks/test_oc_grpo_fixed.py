@@ -58,7 +58,7 @@ def adaptive_batch(module, comps, rewards):
     first = [Completion([7] * 2, [0.0] * 2, "stop") for _ in range(4)]  # the all-wrong originals it replaced
     batch = _batch(pool, [module.render_prompt(PLAIN), module.render_prompt(OTHER)], first, torch.zeros(4))
     rep = GroupReplacement(pool_index=0, completions=[comps[0], comps[2]], rewards=rewards[[0, 2]],
-                           components={"parity_reward": rewards[[0, 2]]}, prompt_token_ids=module.render_prompt(GUIDED), fraction=FRACTION)
+                           components={"parity_reward": rewards[[0, 2]]}, prompt_token_ids=module.render_prompt(GUIDED))
     apply_revision(batch, Revision(replacements=[rep]))
     batch.completions[1], batch.completions[3] = comps[1], comps[3]
     batch.rewards, batch.reward_components = rewards.clone(), {"parity_reward": rewards.clone()}
@@ -76,9 +76,8 @@ def test_the_swap_and_weights_equal_the_adaptive_variants_on_the_same_rows():
     x, x_guided = module.render_prompt(PLAIN), module.render_prompt(GUIDED)
     assert x != x_guided
     assert fixed.prompt_token_ids[0] == x  # the loss prompt is the plain one
-    assert fixed.guided_prompt_token_ids == [x_guided, None, x_guided, None] == adaptive.guided_prompt_token_ids
+    assert fixed.generated_from == [x_guided, None, x_guided, None] == adaptive.generated_from
     assert fixed.prompt_token_ids == adaptive.prompt_token_ids
-    assert torch.equal(fixed.guide_fraction, adaptive.guide_fraction)
     assert fixed.discarded_rollouts == 0 and [c.token_ids for c in fixed.completions] == [c.token_ids for c in comps]
 
     w_fixed, w_adaptive = oc.token_weights(None, module, fixed), OCGRPO().token_weights(None, module, adaptive)
@@ -113,7 +112,7 @@ def test_rows_of_ordinary_prompts_are_left_alone_and_bad_metadata_fails():
     before = [list(p) for p in batch.prompt_token_ids]
     oc = OCGRPOFixed()
     revise(oc, None, module, batch, RolloutStats())
-    assert batch.prompt_token_ids == before and batch.guided_prompt_token_ids == [None] * 4
+    assert batch.prompt_token_ids == before and batch.generated_from == [None] * 4
     assert all(w.tolist() == [1.0] * len(w) for w in oc.token_weights(None, module, batch))
     assert oc.last_metrics["oc/guided_groups"] == 0.0 and math.isnan(oc.last_metrics["oc/is_weight_mean"])
     batch.pool.metadata[0] = {"oc_guided": {"fraction": 1.5, "plain_messages": PLAIN}}

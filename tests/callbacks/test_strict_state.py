@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from lit_rlvr.callbacks import DPS, GRESO, PODS, SARA, VIGOR, DynamicSampling, MoPPS
-from lit_rlvr.callbacks.state import PromptTable, require_keys
+from lit_rlvr.selection_toolkit import PromptTable, require_keys
 from lit_rlvr.policy import pad_token_id
 from lit_rlvr.selection import keep_top, top_positions
 from tests.callbacks.fixtures import make_pool

@@ -1,0 +1,1 @@
+"""Worked examples the docs include verbatim (docs/writing_a_selector.md); their tests run them."""
