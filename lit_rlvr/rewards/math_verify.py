@@ -100,8 +100,11 @@ class MathVerifyReward(WorkerReward):
             raise ValueError(f"MathVerifyReward: extraction must be one of {ANSWER_MODES}, got {extraction!r}")
         self.timeout_s = float(timeout_s)
         self.extraction = extraction
+        # The warm-up runs in the zygote, so every call's fresh process inherits what it loaded: free text
+        # ("no idea") takes math-verify's slowest first path (about 0.4 s of lazy set-up, then 0.01 s), which a
+        # numeric warm-up leaves cold; warmed with it, every answer kind starts warm.
         self._caller = TimeLimitedCaller(
-            verify_math, self.timeout_s, preload=("math_verify",), warmup=("1", "\\frac{1}{2}"), workers=workers
+            verify_math, self.timeout_s, preload=("math_verify",), warmup=("no idea", "\\frac{1}{2}"), workers=workers
         )
 
     def prediction(self, completion: str) -> str:
