@@ -8,11 +8,10 @@ import math
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import pandas as pd
 
 from lit_rlvr.bench.report.runs import by_strategy
 from lit_rlvr.bench.stats import paired_ratios, stat
-from lit_rlvr.curves import CUM_EFF, CUM_GEN, Run, accuracy_curve
+from lit_rlvr.curves import CUM_EFF, CUM_GEN, Run, accuracy_curve, rollouts_to_target
 
 __all__ = ["GROUP_COLUMNS", "auto_target", "summarize", "variance_groups_per_1k"]
 
