@@ -20,7 +20,7 @@ correctness reward's own ``extraction`` mode. Reported, averaged over prompts:
 * ``pass@k`` (any of the k correct: the ceiling of any vote) and the AUC of the head's raw scores
   and of the weights (calibrated p̂) against the candidates' correctness.
 
-    python scripts/arrol_vote.py --ckpt runs/x/csv/version_0/checkpoints/last.ckpt \\
+    lit-rlvr arrol-vote --ckpt runs/x/csv/version_0/checkpoints/last.ckpt \\
         --config runs/x/csv/version_0/config.yaml --k 8
 """
 
@@ -48,23 +48,13 @@ RUN_KEYS = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_sche
 
 def load_run(ckpt: str, config: str, overrides: Sequence[str] = ()) -> tuple[Any, Any, Any]:
     """(module, datamodule, ARRoL) of a run: built from its config, weights and ARRoL state from the checkpoint."""
-    from jsonargparse import set_parsing_settings
-    from lightning.pytorch import LightningDataModule
-
     from lit_rlvr.callbacks import ARRoL
     from lit_rlvr.checkpointing import AtomicCheckpointIO
-    from lit_rlvr.cli import LitRLVRCLI
-    from lit_rlvr.policy_module import PolicyModule
+    from lit_rlvr.fit_config import build_fit, config_args
 
-    set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
     saved = yaml.safe_load(Path(config).read_text())
     saved = {k: v for k, v in saved.items() if k in RUN_KEYS}  # not the fit subcommand's ckpt_path, weights_only
-    args = ["--config", yaml.safe_dump(saved), "--trainer.logger=false", *overrides]
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-    cli = LitRLVRCLI(
-        PolicyModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-        parser_kwargs={"parser_mode": "omegaconf+"}, save_config_callback=None, seed_everything_default=0, args=args,
-    )
+    cli = build_fit(config_args([yaml.safe_dump(saved)], overrides))
     module, data = cli.model, cli.datamodule
     arrols = [cb for cb in cli.trainer.callbacks if isinstance(cb, ARRoL)]
     if len(arrols) != 1:
@@ -164,7 +154,10 @@ def evaluate(module: Any, data: Any, arrol: Any, k: int, mode: str, max_batches:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description="ARRoL at test time: pass@1, maj@k and head-weighted vote@k on the validation prompts.")
+    parser = argparse.ArgumentParser(
+        prog="lit-rlvr arrol-vote",
+        description="ARRoL at test time: pass@1, maj@k and head-weighted vote@k on the validation prompts.",
+    )
     parser.add_argument("--ckpt", required=True, help="a checkpoint of an ARRoL run (…/checkpoints/last.ckpt)")
     parser.add_argument("--config", required=True, help="that run's config.yaml (written beside its logs)")
     parser.add_argument("--k", type=int, default=8, help="samples per prompt")

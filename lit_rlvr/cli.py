@@ -5,6 +5,7 @@
     lit-rlvr predict --config configs/g2d/harvest.yaml      # G2D harvest
     lit-rlvr fit --config configs/g2d/dpo.yaml              # G2D DPO
     lit-rlvr report runs/tiny                               # would selection pay? (lit_rlvr.selection_report)
+    lit-rlvr plot runs/tiny                                 # the user tools of SUBCOMMANDS; each has --help
 
 ``model.class_path`` picks the module (any ``PolicyModule``: GRPOModule, the default when a
 config names none; ``lit_rlvr.dpo.DPOModule``; ``lit_rlvr.g2d.HarvestModule``) and
@@ -44,6 +45,27 @@ from lit_rlvr.group_records import GroupRecorder
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.runs import place_run, resume_mismatch
 from lit_rlvr.summary import RunSummary
+
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "report": ("lit_rlvr.selection_report:main", "would selection pay on this run? where its rollouts went"),
+    "plot": ("lit_rlvr.plot:main", "plot a run's training reward and held-out accuracy to a PNG"),
+    "probe": ("lit_rlvr.probe:main", "how often the untrained model solves a config's training prompts"),
+    "oc-harvest": ("lit_rlvr.oc_fixed:main", "OC-GRPO-Fixed's offline harvest of guided prompts"),
+    "arrol-vote": ("lit_rlvr.arrol_vote:main", "ARRoL at test time: pass@1, majority vote and head-weighted vote"),
+    "g2d": ("lit_rlvr.g2d.pipeline:main", "G2D end to end: GRPO warm-up, preference-pair harvest, offline DPO"),
+}
+"""The user tools: name -> ("module:function", one line of help). Not Trainer entry points, so not
+LightningCLI subcommands: ``main`` hands the arguments after the name to the function, imported only
+then (``lit-rlvr fit`` loads none of them). Each function parses its own arguments (``--help``)."""
+
+
+def run_subcommand(name: str, args: list[str]) -> Any:
+    """Run the user tool ``name`` of ``SUBCOMMANDS`` on ``args`` (the arguments after its name)."""
+    import importlib
+
+    module, function = SUBCOMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(module), function)(args)
 
 
 class LitRLVRParser(LightningArgumentParser):
@@ -182,10 +204,9 @@ def _fail_if(message: Optional[str]) -> None:
 
 def main(args: Optional[list[str]] = None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
-    if argv[:1] == ["report"]:  # not a Trainer entry point, so not a LightningCLI subcommand
-        from lit_rlvr.selection_report import main as report
-
-        return report(argv[1:])
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        run_subcommand(argv[0], argv[1:])
+        return None  # the console script exits with main's return value: a tool's result is not an exit code
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     show_lit_rlvr_logs()
     quiet_lightning()

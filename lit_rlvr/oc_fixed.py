@@ -19,7 +19,7 @@ Output folder:
 * ``data.yaml``: the data-source config that reads them (``--config <out>/data.yaml``);
 * ``summary.json``: counts (unsolved, solved at each fraction, unsolved at 1.0), printed too.
 
-    python scripts/oc_grpo_fixed.py harvest --config configs/quickstart.yaml --out runs/oc_fixed --n 8
+    lit-rlvr oc-harvest --config configs/quickstart.yaml --out runs/oc_fixed --n 8
     lit-rlvr fit --config configs/quickstart.yaml --config configs/methods/oc_grpo_fixed.yaml --config runs/oc_fixed/data.yaml
 """
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -46,19 +45,9 @@ __all__ = ["harvest", "load_fit", "main", "write_dataset"]
 
 def load_fit(configs: Sequence[str], overrides: Sequence[str] = ()) -> tuple[Any, Any]:
     """(module, datamodule) built from fit configs as ``lit-rlvr fit`` builds them, the policy loaded."""
-    from jsonargparse import set_parsing_settings
-    from lightning.pytorch import LightningDataModule
+    from lit_rlvr.fit_config import build_fit, config_args
 
-    from lit_rlvr.cli import LitRLVRCLI
-    from lit_rlvr.policy_module import PolicyModule
-
-    set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
-    args = [a for c in configs for a in ("--config", str(c))] + ["--trainer.logger=false", *overrides]
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-    cli = LitRLVRCLI(
-        PolicyModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-        parser_kwargs={"parser_mode": "omegaconf+"}, save_config_callback=None, seed_everything_default=0, args=args,
-    )
+    cli = build_fit(config_args(configs, overrides))
     module, data = cli.model, cli.datamodule
     module.configure_model()
     module.policy.eval()
@@ -179,14 +168,16 @@ def format_summary(s: dict[str, Any]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description="OC-GRPO-Fixed: the offline guided-prompt harvest.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    h = sub.add_parser("harvest", help="find never-solved problems, climb the prefix cascade, write the dataset")
-    h.add_argument("--config", action="append", required=True, help="a fit config (repeat, in order, as for lit-rlvr fit)")
-    h.add_argument("--out", required=True, help="output folder")
-    h.add_argument("--n", type=int, default=8, help="samples per prompt and per cascade level (the reference's 8)")
-    h.add_argument("--batch", type=int, default=16, help="prompts per engine call")
-    h.add_argument("--limit", type=int, help="harvest only the first N train prompts (the dataset holds those)")
+    parser = argparse.ArgumentParser(
+        prog="lit-rlvr oc-harvest",
+        description="OC-GRPO-Fixed's offline harvest: find never-solved problems, climb the prefix cascade, write "
+        "the dataset. Extra --key=value flags change the configs, as for lit-rlvr fit.",
+    )
+    parser.add_argument("--config", action="append", required=True, help="a fit config (repeat, in order, as for lit-rlvr fit)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--n", type=int, default=8, help="samples per prompt and per cascade level (the reference's 8)")
+    parser.add_argument("--batch", type=int, default=16, help="prompts per engine call")
+    parser.add_argument("--limit", type=int, help="harvest only the first N train prompts (the dataset holds those)")
     args, overrides = parser.parse_known_args(argv)  # the rest: config flags, e.g. --model.rollout.temperature=0.7
     if args.n < 1 or args.batch < 1:
         parser.error("--n and --batch must be >= 1")

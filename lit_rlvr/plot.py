@@ -4,12 +4,13 @@ Each fit is one run: one ``csv/version_N/metrics.csv`` (``lit_rlvr.runs``). A fi
 ``--ckpt_path`` writes on into the same file, so a step logged before the stop and again after
 the resume appears twice: ``read_run`` keeps the resumed rows of such steps, in step order.
 ``load_run`` reads one version of a run folder (the latest unless told), never several mixed;
-``plot_runs`` draws several runs side by side when asked. ``scripts/plot_run.py`` and the
+``plot_runs`` draws several runs side by side when asked. ``lit-rlvr plot`` (``main``) and the
 end-of-fit summary (``lit_rlvr.summary``) share this.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import re
 from pathlib import Path
@@ -152,3 +153,40 @@ def plot_runs(runs: dict[str, list[Row]], out: PathLike, smooth: int = 5, title:
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+PLOT_USAGE = """Plot one run's training reward curve and held-out accuracy to a PNG.
+
+    lit-rlvr plot runs/quickstart                  # the latest run: runs/quickstart/csv/version_N/reward.png
+    lit-rlvr plot runs/quickstart --version 0      # that run
+    lit-rlvr plot runs/quickstart --all --out runs/quickstart/all.png   # every run, side by side
+
+Reads <run>/csv/version_*/metrics.csv (the CSVLogger output of lit-rlvr fit; each fit is its own
+version, a resumed fit writes on into its run's version). One version is plotted unless --all asks
+for every one. The PNG goes beside that metrics.csv unless --out says where (--all: beside the run
+folder's versions). lit-rlvr fit writes the same plot as reward.png beside metrics.csv at the end of fit.
+"""
+
+
+def main(argv: Optional[list[str]] = None) -> Path:
+    """``lit-rlvr plot``: draw a run (or all its versions) and say where the PNG went."""
+    parser = argparse.ArgumentParser(prog="lit-rlvr plot", description=PLOT_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="a run folder (runs/quickstart) or its CSVLogger folder (runs/quickstart/csv)")
+    parser.add_argument("--version", type=int, default=None, help="plot version_N (default: the latest)")
+    parser.add_argument("--all", action="store_true", help="plot every version, one color each")
+    parser.add_argument("--out", default=None, help="the PNG (default: reward.png beside the plotted metrics.csv)")
+    parser.add_argument("--smooth", type=int, default=5, help="moving-average window over steps")
+    args = parser.parse_args(argv)
+    try:
+        if args.all:
+            paths = metrics_files(args.run)
+            out = args.out or paths[-1].parent.parent / "reward_all_versions.png"
+            written = plot_runs({p.parent.name: read_run(p) for p in paths}, out, smooth=args.smooth, title=str(args.run))
+        else:
+            path = run_file(args.run, args.version)
+            out = args.out or path.parent / "reward.png"
+            written = plot_run(read_run(path), out, smooth=args.smooth, title=str(path.parent))
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(str(e)) from None
+    print(f"wrote {written}")
+    return written

@@ -10,7 +10,7 @@ the run's version folder; the end-of-fit summary prints the same numbers in thre
   over revisited prompts: P(zero-variance at the previous visit | zero-variance now) and
   P(zero-variance now | zero-variance at the previous visit);
 - the hindsight oracle's rollouts to the run's final held-out accuracy as a ratio of the run's
-  (``lit_rlvr.bench.report.hindsight_oracle``): the run's curve placed at its cumulative
+  (``lit_rlvr.curves.hindsight_oracle``): the run's curve placed at its cumulative
   *effective* rollouts. Approximation for a plain GRPO run: zero-variance groups have zero
   advantage, so an oracle that never generated them would have made the same updates up to
   the loss normaliser (zero-advantage rows count in a token-mean's denominator) and the KL term;
@@ -66,7 +66,7 @@ MEASURED_CAVEAT = (
     "moved their rollouts to prompts that saturated soon after, and GRPO at half the prompt batch (twice the "
     "steps) was the one setting ahead. Compare on your own data before relying on this.")
 """Appended to a verdict that names a family as likely to help: what the benchmark measured against the
-rule (scripts/report_vs_measured.py, 2026-12-02). Regime B, the persistent saturation the history rule
+rule (benchmarks/report_vs_measured.py, 2026-12-02). Regime B, the persistent saturation the history rule
 is built for: GRESO 1.75 ± 0.24x GRPO's rollouts to 0.50 held-out, MoPPS 1.17 ± 0.28x, DPS 1.13 ± 0.27x,
 LEEPS 1.16 ± 0.28x, GRPO at B/2 0.74 ± 0.25x; regime A, transient: Dynamic Sampling 1.74 ± 0.06x, SARA
 and VIGOR within the spread of GRPO."""
@@ -234,7 +234,7 @@ def _run_and_oracle(rows: list[Row]):
     """(the run, its hindsight oracle, the accuracy metric) from metrics rows; None without cumulative counts."""
     import pandas as pd
 
-    from lit_rlvr.bench.report.runs import CUM_EFF, CUM_GEN, Run, hindsight_oracle
+    from lit_rlvr.curves import CUM_EFF, CUM_GEN, Run, hindsight_oracle
 
     df = pd.DataFrame(rows)
     if "step" not in df or CUM_GEN not in df or CUM_EFF not in df:
@@ -249,8 +249,7 @@ def _run_and_oracle(rows: list[Row]):
 
 def oracle_ratio(rows: list[Row]) -> Optional[OracleRatio]:
     """The hindsight oracle of this run (``hindsight_oracle``) against the run, from its metrics rows."""
-    from lit_rlvr.bench.report.numbers import accuracy_curve, rollouts_to_target
-    from lit_rlvr.bench.report.runs import CUM_EFF, CUM_GEN
+    from lit_rlvr.curves import CUM_EFF, CUM_GEN, accuracy_curve, rollouts_to_target
 
     found = _run_and_oracle(rows)
     if found is None:
@@ -451,7 +450,7 @@ def _plot(s: SelectionStats, rows: list[Row], out: Path) -> Path:
 
 
 def _curves(rows: list[Row]):
-    from lit_rlvr.bench.report.numbers import accuracy_curve
+    from lit_rlvr.curves import accuracy_curve
 
     found = _run_and_oracle(rows)
     if found is None or not any(k.startswith("val/") for r in rows for k in r):

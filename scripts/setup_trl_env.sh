@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build (or refresh) .venv-trl: the environment of the TRL side-by-side benchmark
-# (scripts/bench_trl.py, docs/trl_comparison.md). TRL is a benchmark-only tool, never a
+# (benchmarks/bench_trl.py, docs/trl_comparison.md). TRL is a benchmark-only tool, never a
 # dependency of lit-rlvr: it lives in this separate, git-ignored (.venv-*) environment.
 #
 #   bash scripts/setup_trl_env.sh                 # -> .venv-trl next to pyproject.toml

@@ -1,4 +1,4 @@
-"""ARRoL at test time (lit_rlvr.arrol_vote): a 2-step tiny ARRoL fit, then scripts/arrol_vote.py on its
+"""ARRoL at test time (lit_rlvr.arrol_vote): a 2-step tiny ARRoL fit, then ``lit-rlvr arrol-vote`` on its
 last.ckpt: the head and its calibration come from the checkpoint, and the reported votes follow from the
 per-prompt candidates."""
 
@@ -37,7 +37,7 @@ def test_find_arrol_state_by_key_or_the_only_arrol_entry():
 
 
 @pytest.mark.integration
-def test_script_votes_with_the_checkpointed_head(tmp_path):
+def test_lit_rlvr_arrol_vote_votes_with_the_checkpointed_head(tmp_path):
     os.chdir(tmp_path)
     main([*FIT, f"--trainer.default_root_dir={tmp_path}"])
     (ckpt,) = tmp_path.glob("csv/version_0/checkpoints/last.ckpt")
@@ -47,7 +47,7 @@ def test_script_votes_with_the_checkpointed_head(tmp_path):
     assert state["head"]["updates"] == 2 and "1.weight" in state["head"]["net"]  # the head is in the checkpoint
     out = tmp_path / "vote.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, str(ROOT / "scripts" / "arrol_vote.py"), "--ckpt", str(ckpt), "--config", str(config), "--k", "4", "--out", str(out)]
+    cmd = [sys.executable, "-m", "lit_rlvr.cli", "arrol-vote", "--ckpt", str(ckpt), "--config", str(config), "--k", "4", "--out", str(out)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -173,7 +173,7 @@ def test_a_resume_writes_into_its_own_run_and_summarises_it_truly(two_runs):
 def test_plot_run_plots_one_run_into_its_folder(two_runs):
     # before: merged both fits' metrics and wrote reward.png into the working directory
     work, *_ = two_runs
-    out = _run(script=[sys.executable, str(ROOT / "scripts" / "plot_run.py"), "runs/tiny"], cwd=work, ok=True).stdout
+    out = _run("plot", "runs/tiny", cwd=work, ok=True).stdout
     assert "wrote runs/tiny/csv/version_1/reward.png" in out
     assert not (work / "reward.png").exists()
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lit_rlvr.cli import main
 from lit_rlvr.g2d.pipeline import STAGES, run_pipeline, stage_commands
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,9 +52,11 @@ def test_the_three_stages_run_end_to_end_on_the_tiny_model():
 
 @pytest.mark.integration
 def test_k_zero_harvests_the_original_model():
-    report = run_pipeline(k=0, out="g2d0", config_dir=CONFIGS, overlay_dir=TINY, stages=("warmup", "harvest"))
-    assert report["stages"]["warmup"]["generated_tokens"] == 0  # no warm-up step
-    assert report["harvest"]["prompts"] == 8
+    """Through ``lit-rlvr g2d``: K = 0 and two of the three stages."""
+    main(["g2d", "--k", "0", "--out", "g2d0", "--configs", str(CONFIGS), "--overlay", str(TINY), "--stages", "warmup,harvest"])
+    report = json.loads((Path("g2d0") / "compute.json").read_text())
+    assert report["k"] == 0 and report["stages"]["warmup"]["generated_tokens"] == 0  # no warm-up step
+    assert report["harvest"]["prompts"] == 8 and "dpo" not in report["stages"]
 
 
 def test_dpo_starts_from_the_original_model_unless_asked():

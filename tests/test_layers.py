@@ -1,6 +1,9 @@
 """The layers of lit_rlvr (docs/architecture.md, "Layers"): no import runs from a lower layer up.
 
-Two checks of one map (``LAYERS``):
+Two checks of one map (``LAYERS``), plus the lab's edge: nothing in lit_rlvr but the benchmark
+package itself imports ``lit_rlvr.bench`` or the top-level ``benchmarks/`` scripts, and the
+subcommands ``lit-rlvr`` dispatches by name (``cli.SUBCOMMANDS``, imported by ``importlib``,
+which the static check cannot see) are product modules that load no benchmark code either.
 
 * static: every import statement in every file of ``lit_rlvr/`` (top level, inside a function,
   under ``TYPE_CHECKING``) names a module of the same or a lower layer;
@@ -55,6 +58,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.plot": 1,
     "lit_rlvr.loggers": 1,
     "lit_rlvr.voting": 1,
+    "lit_rlvr.curves": 1,
     # 2. rollout: engines and the rollout loop (stages 2-3b).
     "lit_rlvr.rollout": 2,
     # 3. trainers: the LightningModules, the update, and what runs beside them.
@@ -66,7 +70,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.group_records": 3,
     # 4. methods: the selection callbacks.
     "lit_rlvr.callbacks": 4,
-    # 5. applications: the command line, reports and benchmarks.
+    # 5. applications: the command line, its user tools and the reports.
     "lit_rlvr": 5,  # the package's __init__ (only a version string)
     "lit_rlvr.cli": 5,
     "lit_rlvr.runs": 5,
@@ -76,12 +80,17 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.summary": 5,
     "lit_rlvr.arrol_vote": 5,
     "lit_rlvr.oc_fixed": 5,
+    "lit_rlvr.probe": 5,
+    "lit_rlvr.fit_config": 5,
     "lit_rlvr.g2d.pipeline": 5,
-    "lit_rlvr.bench": 5,
+    # 6. the lab: benchmarks (and the benchmarks/ scripts, outside the package). It may import the
+    # product; nothing in the product imports it.
+    "lit_rlvr.bench": 6,
 }
 """Module or package name -> layer; the longest matching prefix decides."""
 
-NAMES = ["records and contract", "building blocks", "rollout", "trainers", "methods", "applications"]
+NAMES = ["records and contract", "building blocks", "rollout", "trainers", "methods", "applications", "lab"]
+LAB = 6
 
 REPRESENTATIVES: dict[int, list[str]] = {
     0: ["lit_rlvr.types", "lit_rlvr.selection"],
@@ -89,6 +98,7 @@ REPRESENTATIVES: dict[int, list[str]] = {
     2: ["lit_rlvr.rollout.loop", "lit_rlvr.rollout.revise"],
     3: ["lit_rlvr.module", "lit_rlvr.dpo", "lit_rlvr.g2d"],
     4: ["lit_rlvr.callbacks"],
+    5: ["lit_rlvr.cli", "lit_rlvr.selection_report", "lit_rlvr.summary", "lit_rlvr.curves"],
 }
 """Per layer, modules imported together in one fresh interpreter."""
 
@@ -198,6 +208,30 @@ def import_circles(package_dir: Path, run_time_only: bool = False) -> list[set[s
     return circles
 
 
+def lab_imports(package_dir: Path, layers: dict[str, int] = LAYERS) -> list[str]:
+    """Imports of the lab (``lit_rlvr.bench``, the top-level ``benchmarks``) by any module below it, as readable lines.
+
+    Every import statement counts, wherever it stands; ``benchmarks`` is matched by the first part of
+    the imported name, so ``from benchmarks.x import y`` and ``import benchmarks`` are both found.
+    """
+    modules = module_names(package_dir)
+    found = []
+    for name, path in modules.items():
+        if (layer_of(name, layers) or 0) >= LAB:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or ""]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] == "benchmarks" or (layer_of(target, layers) or 0) >= LAB:
+                    found.append(f"{path.relative_to(package_dir.parent)}:{node.lineno}: {name} imports {target}")
+    return found
+
+
 def test_no_import_circle():
     assert import_circles(ROOT / "lit_rlvr", run_time_only=True) == []
     circles = [sorted(c) for c in import_circles(ROOT / "lit_rlvr")]
@@ -287,3 +321,38 @@ def test_the_cross_method_check_finds_a_method_importing_another(tmp_path):
     (callbacks / "a.py").write_text("from lit_rlvr.callbacks.shared import X\nclass A: ...\n")
     (callbacks / "b.py").write_text("def f():\n    from lit_rlvr.callbacks.a import A\nclass B: ...\n")
     assert cross_method_imports(tmp_path / "lit_rlvr") == ["b.py:2: lit_rlvr.callbacks.b imports lit_rlvr.callbacks.a"]
+
+
+def test_nothing_below_the_lab_imports_the_benchmarks():
+    """The product (core, methods, command line, reports) imports neither ``lit_rlvr.bench`` nor ``benchmarks/``."""
+    found = lab_imports(ROOT / "lit_rlvr")
+    assert not found, "imports of the benchmarks from the product:\n" + "\n".join(found)
+
+
+def test_the_lab_check_finds_an_import_of_the_benchmarks_wherever_it_stands(tmp_path):
+    package = tmp_path / "lit_rlvr"
+    (package / "bench").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "bench" / "__init__.py").write_text("from lit_rlvr.cli import main\n")  # the lab may use the product
+    (package / "cli.py").write_text("import benchmarks.bench_step\n")
+    (package / "selection_report.py").write_text("def f():\n    from lit_rlvr.bench.report.runs import Run\n")
+    assert [line.split(": ", 1)[1] for line in lab_imports(package)] == [
+        "lit_rlvr.cli imports benchmarks.bench_step",
+        "lit_rlvr.selection_report imports lit_rlvr.bench.report.runs",
+    ]
+
+
+def test_the_cli_s_subcommands_are_product_modules_that_load_no_benchmark_code():
+    """``lit-rlvr <tool>`` imports its module by name (``importlib``): each is placed below the lab, and
+    importing all of them in a fresh interpreter loads no ``lit_rlvr.bench`` and no ``benchmarks``."""
+    from lit_rlvr.cli import SUBCOMMANDS
+
+    modules = sorted({target.split(":")[0] for target, _ in SUBCOMMANDS.values()})
+    placed = {m: layer_of(m) for m in modules}
+    assert all(layer is not None and layer < LAB for layer in placed.values()), placed
+    code = "import json, sys\n" + "".join(f"import {m}\n" for m in modules)
+    code += "print(json.dumps(sorted(sys.modules)))\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    lab = [m for m in loaded if m.split(".")[0] == "benchmarks" or (m.startswith("lit_rlvr.") and (layer_of(m) or 0) >= LAB)]
+    assert not lab, f"importing the subcommands {modules} loaded benchmark code: {lab}"

@@ -11,7 +11,8 @@ import yaml
 
 from lit_rlvr.callbacks.oc_guidance import guided_messages, solution_prefix
 from lit_rlvr.data import HFDatasetSource, PromptDataModule
-from lit_rlvr.oc_fixed import harvest, main
+from lit_rlvr.cli import run_subcommand
+from lit_rlvr.oc_fixed import harvest
 from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rewards import CallableReward, RewardScorer
 from lit_rlvr.rollout.base import SamplingConfig
@@ -110,10 +111,10 @@ def test_a_rerun_skips_harvested_prompts_and_writes_the_same_dataset(tmp_path):
 
 
 @pytest.mark.integration  # an end-to-end fit, 19-56 s on 2 loaded cores: in the end-to-end suite
-def test_the_script_harvests_with_the_trainers_policy_engine_and_reward(tmp_path, monkeypatch):
-    """Through the command line on the tiny model: a fit config, loaded as `lit-rlvr fit` would."""
+def test_lit_rlvr_oc_harvest_harvests_with_the_trainers_policy_engine_and_reward(tmp_path, monkeypatch):
+    """``lit-rlvr oc-harvest`` on the tiny model: a fit config, loaded as `lit-rlvr fit` would."""
     monkeypatch.chdir(tmp_path)
-    summary = main(["harvest", "--config", TINY, "--out", str(tmp_path / "out"), "--n", "2", "--limit", "6", "--batch", "4",
+    summary = run_subcommand("oc-harvest", ["--config", TINY, "--out", str(tmp_path / "out"), "--n", "2", "--limit", "6", "--batch", "4",
                     "--model.rewards=[{class_path: lit_rlvr.rewards.CallableReward, init_args: {fn: 'tests.callbacks.oc_helpers:quarter_reward'}}]",
                     "--model.accuracy_reward=quarter_reward", "--model.rollout.max_new_tokens=4"])
     lines = [json.loads(x) for x in (tmp_path / "out" / "harvest.jsonl").read_text().splitlines()]

@@ -1,15 +1,12 @@
 """lit_rlvr.plot: one run per version, a resumed run read whole in step order, several runs never mixed."""
 
 import csv
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
 
+from lit_rlvr.cli import main
 from lit_rlvr.plot import heldout, load_run, metrics_files, plot_run, read_run
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _write(path: Path, rows: list[dict]) -> None:
@@ -51,17 +48,15 @@ def test_a_folder_of_several_fits_shows_one_run_unless_asked(resumed_run):
     assert len([r for r in load_run(resumed_run, version=0) if "reward/mean" in r]) == 10
 
 
-def test_plot_run_script_writes_into_the_run_folder(resumed_run, monkeypatch, capsys):
+def test_lit_rlvr_plot_writes_into_the_run_folder(resumed_run, monkeypatch, capsys):
     # before: reward.png in the working directory, both versions merged
     monkeypatch.chdir(resumed_run.parent)
-    monkeypatch.setattr(sys, "argv", ["plot_run.py", "run", "--version", "0"])
-    runpy.run_path(str(ROOT / "scripts" / "plot_run.py"), run_name="__main__")
+    main(["plot", "run", "--version", "0"])
     out = resumed_run / "csv" / "version_0" / "reward.png"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert str(out.relative_to(resumed_run.parent)) in capsys.readouterr().out
     assert not (resumed_run.parent / "reward.png").exists()
-    monkeypatch.setattr(sys, "argv", ["plot_run.py", "run", "--all"])
-    runpy.run_path(str(ROOT / "scripts" / "plot_run.py"), run_name="__main__")
+    main(["plot", "run", "--all"])
     assert (resumed_run / "csv" / "reward_all_versions.png").stat().st_size > 0
 
 

@@ -1,5 +1,5 @@
 """The selection report from SelectionRecorder files (``read_selection_records``) and
-``scripts/report_vs_measured.py``: its reading of verdicts, its rule, and a run on a made-up results folder."""
+``benchmarks/report_vs_measured.py``: its reading of verdicts, its rule, and a run on a made-up results folder."""
 
 import importlib.util
 import json
@@ -16,7 +16,7 @@ REGIME_B = ROOT / "docs" / "results" / "bench_real" / "smollm2_mixed"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("report_vs_measured", ROOT / "scripts" / "report_vs_measured.py")
+    spec = importlib.util.spec_from_file_location("report_vs_measured", ROOT / "benchmarks" / "report_vs_measured.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

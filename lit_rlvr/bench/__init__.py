@@ -10,6 +10,6 @@
   into PNG plots and a markdown table; ``result_report`` does the same from result files.
 * ``stats``: the mean ± std over seeds, paired ratios and number formatting the reports share.
 
-Commands: ``python scripts/simulate.py --out runs/sim`` and
-``python scripts/report.py runs/sim --out docs/img``; see docs/benchmarks.md.
+Commands: ``python benchmarks/simulate.py --out runs/sim`` and
+``python benchmarks/report.py runs/sim --out docs/img``; see docs/benchmarks.md.
 """

@@ -20,7 +20,7 @@ per step, columns ``step, epoch, prompt_id, status``:
   reward >= / < ``easy_threshold``;
 * ``effective``: rolled out and not zero-variance.
 
-``lit_rlvr.bench.report.heatmaps`` (``scripts/report.py``) draws it as GRESO's case-study
+``lit_rlvr.bench.report.heatmaps`` (``benchmarks/report.py``) draws it as GRESO's case-study
 heatmap (prompts × epochs). The recorder changes nothing: it only reads the pool and the
 scored batch, keeps no state across steps and returns an empty ``metrics()``. With several
 ranks, every rank's rolled-out groups are gathered (``gather_rows``) and rank 0 writes.

@@ -1,6 +1,6 @@
 """The real-model benchmark's report, from the committed result files alone.
 
-``scripts/bench_real.py run`` leaves one small JSON per finished (strategy, seed)
+``benchmarks/bench_real.py run`` leaves one small JSON per finished (strategy, seed)
 (``lit_rlvr.bench.results``), so a grid spread over several sessions is never whole in any one
 run folder. This module turns whatever result files exist into:
 

@@ -1,6 +1,6 @@
 """Result files of the real-model benchmark: one small JSON per finished (strategy, seed) run.
 
-``scripts/bench_real.py run`` writes ``<results>/<strategy>_seed<S>.json`` when a run exits
+``benchmarks/bench_real.py run`` writes ``<results>/<strategy>_seed<S>.json`` when a run exits
 cleanly, and skips a (strategy, seed) whose file is already there with the same settings, so a
 grid can be spread over several sessions and its results committed as they come. A file holds:
 

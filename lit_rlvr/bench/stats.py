@@ -2,7 +2,7 @@
 
 Used by the run-folder report (``lit_rlvr.bench.report``), the result-file report
 (``lit_rlvr.bench.result_report``), the simulator's signal comparison
-(``lit_rlvr.bench.sim.compare``) and ``scripts/simulate.py``. A statistic is the dict
+(``lit_rlvr.bench.sim.compare``) and ``benchmarks/simulate.py``. A statistic is the dict
 ``{"mean", "std", "n"}`` that ``stat`` returns and ``pm`` prints.
 """
 

@@ -1,6 +1,6 @@
 """OC-GRPO-Fixed (arXiv 2607.19313; reference code AgPriyank/OC-GRPO), the paper's offline variant.
 
-An offline harvest (``lit_rlvr.oc_fixed``, ``scripts/oc_grpo_fixed.py harvest``) finds the problems
+An offline harvest (``lit_rlvr.oc_fixed``, ``lit-rlvr oc-harvest``) finds the problems
 the base model never solves, climbs the prefix cascade 0.2 → 1.0 for each, and writes a dataset of
 every original row plus one guided row per solved problem, at its lowest solving fraction: its
 own prompt id, its messages the guided prompt x̃, its metadata ``oc_guided`` = {fraction,
@@ -94,7 +94,7 @@ class OCGRPOFixed(GroupReviser, GuidedTokenWeights):
         if not guided:
             log.warning(
                 "OCGRPOFixed: no train prompt of %r is a harvested guided row (metadata %r): this run trains as GRPO. "
-                "Harvest first (scripts/oc_grpo_fixed.py harvest) and train on its train.jsonl with messages_field: messages.",
+                "Harvest first (lit-rlvr oc-harvest) and train on its train.jsonl with messages_field: messages.",
                 getattr(dm, "source", dm), GUIDED_KEY,
             )
         elif any(r.messages is None for r in guided):

@@ -10,12 +10,20 @@ K = 0 runs a warm-up of no step (the export is the original model), so the harve
 the original model. DPO starts from the original model (the configs' ``policy``) unless
 ``dpo_from="warmup"``. Every stage's ``ComputeMeter`` writes ``compute.json``; the pipeline
 adds them up in ``OUT/compute.json`` (token passes, see ``lit_rlvr.g2d.compute``).
+
+``lit-rlvr g2d`` (``main``) runs it from the command line::
+
+    lit-rlvr g2d --k 20                       # the quick-start model, outputs under runs/g2d
+    lit-rlvr g2d --k 20 --dpo-from warmup     # DPO from the warm-up policy instead of the original
+    lit-rlvr g2d --k 2 --overlay tests/configs/g2d_tiny --out runs/g2d_tiny   # seconds, tiny model
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import shlex
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -113,3 +121,25 @@ def run_pipeline(
     (Path(out) / "compute.json").write_text(json.dumps(report, indent=2) + "\n")
     print(format_compute(report))
     return report
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """``lit-rlvr g2d``: the chosen stages with K warm-up steps; ``--warmup``/``--harvest``/``--dpo`` pass flags to one stage."""
+    parser = argparse.ArgumentParser(
+        prog="lit-rlvr g2d",
+        description="G2D end to end: K steps of GRPO warm-up, a harvest of preference pairs, offline DPO. Each stage is "
+        "an ordinary lit-rlvr command (printed as it starts); --warmup, --harvest and --dpo pass extra flags to one "
+        "stage (e.g. --harvest=--trainer.limit_predict_batches=2). Writes OUT/compute.json: every stage's generated, "
+        "prefill, train and forward tokens, token passes and wall time.",
+    )
+    parser.add_argument("--k", type=int, required=True, help="warm-up GRPO steps (0: harvest from the original model)")
+    parser.add_argument("--out", default="runs/g2d", help="output folder (one subfolder per stage)")
+    parser.add_argument("--configs", default="configs/g2d", help="folder of warmup.yaml, harvest.yaml, dpo.yaml")
+    parser.add_argument("--overlay", default=None, help="folder of per-stage overlay configs applied after --configs")
+    parser.add_argument("--dpo-from", choices=DPO_FROM, default="original", help="DPO's starting model")
+    parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated stages to run")
+    for stage in STAGES:
+        parser.add_argument(f"--{stage}", default="", help=f"extra lit-rlvr flags for the {stage} stage (one string)")
+    args = parser.parse_args(argv)
+    extra = {s: shlex.split(getattr(args, s)) for s in STAGES}
+    return run_pipeline(args.k, args.out, args.configs, args.overlay, args.dpo_from, extra, args.stages.split(","))

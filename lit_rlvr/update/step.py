@@ -9,7 +9,7 @@ step per iteration, skipping a step whose loss or gradient is not finite.
 
 The Updater holds the update's logic; what it needs of the LightningModule running it is
 the narrow ``UpdateHost`` protocol, read at each use because Lightning builds the policy,
-the optimizer and the trainer after the module. The simulator and ``scripts/bench_step.py``
+the optimizer and the trainer after the module. The simulator and ``benchmarks/bench_step.py``
 substitute an updater of their own (``module.updater = ...``).
 
 Shapes: N kept rows, n rows of a micro-batch, L completion columns.

@@ -1,4 +1,4 @@
-"""scripts/bench_real.py end to end at toy size: warm-up, two strategies in parallel, report."""
+"""benchmarks/bench_real.py end to end at toy size: warm-up, two strategies in parallel, report."""
 
 import csv
 import json
@@ -21,7 +21,7 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
     config = tmp_path / "bench.yaml"
     config.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "bench"
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_real.py"), "--config", str(config), "--out", str(out), "all",
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_real.py"), "--config", str(config), "--out", str(out), "all",
            "--hidden", "64", "--layers", "1", "--heads", "2", "--sft-size", "8", "--max-steps", "2", "--eval-every", "1",
            "--g", "2", "--probe-prompts", "2", "--strategies", "grpo", "greso", "--seeds", "0",
            "--budget", "8", "--jobs", "2", "--target", "0.0", "--no-copy-png"]
@@ -53,14 +53,14 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
         assert res["strategy"] == strategy and res["settings"]["budget"] == 8 and res["rollouts_generated"] >= 8
         assert len(res["evals"]) >= 2 and all("heldout_prompts/pass@1" in e for e in res["evals"])
     # resumable: a second `run` skips what is done and runs nothing
-    again = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_real.py"), "--config", str(config), "--out", str(out),
+    again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_real.py"), "--config", str(config), "--out", str(out),
                             "run", "--only", "greso", "grpo", "--seeds", "0", "--budget", "8"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "grpo_seed0: done" in again.stdout and "greso_seed0: done" in again.stdout
     assert "nothing to run" in again.stdout
     # other settings than the result files': stop, do not overwrite
-    other = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_real.py"), "--config", str(config), "--out", str(out),
+    other = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_real.py"), "--config", str(config), "--out", str(out),
                             "run", "--only", "grpo", "--seeds", "0", "--budget", "16"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert other.returncode != 0 and "other settings" in other.stderr
@@ -70,7 +70,7 @@ def test_result_folders_are_per_config_and_trials_stay_out_of_docs():
     import argparse
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "scripts" / "bench_real.py")
+    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "benchmarks" / "bench_real.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
@@ -89,7 +89,7 @@ def test_result_folders_are_per_config_and_trials_stay_out_of_docs():
 def _bench_module():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "scripts" / "bench_real.py")
+    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "benchmarks" / "bench_real.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench

@@ -1,4 +1,4 @@
-"""scripts/plot_probe.py: the probe histograms as one bar chart, one bar per probe file."""
+"""benchmarks/plot_probe.py: the probe histograms as one bar chart, one bar per probe file."""
 
 import importlib.util
 import json
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("plot_probe", ROOT / "scripts" / "plot_probe.py")
+    spec = importlib.util.spec_from_file_location("plot_probe", ROOT / "benchmarks" / "plot_probe.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

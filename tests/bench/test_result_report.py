@@ -118,7 +118,7 @@ def test_bench_real_report_reads_the_result_files(results, tmp_path, capsys):
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("bench_real", Path(__file__).parents[2] / "scripts" / "bench_real.py")
+    spec = importlib.util.spec_from_file_location("bench_real", Path(__file__).parents[2] / "benchmarks" / "bench_real.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.main(["--out", str(tmp_path / "runs"), "report", "--results", str(results), "--no-copy-png",

@@ -12,7 +12,6 @@ from lit_rlvr.bench.warmup import (
     answer_examples,
     answer_loss,
     build_datamodule,
-    histogram,
     sft_batch,
     sft_records,
     warm_up,
@@ -46,10 +45,6 @@ def test_answer_loss_equals_the_full_logits_loss(tiny):
     fast = answer_loss(model, ids, mask, labels)
     reference = model(input_ids=ids, attention_mask=mask, labels=labels).loss
     torch.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-5)
-
-
-def test_histogram_counts_prompts_per_number_of_successes():
-    assert histogram([0.0, 0.25, 0.25, 1.0], 4) == {"0/4": 1, "1/4": 2, "2/4": 0, "3/4": 0, "4/4": 1}
 
 
 def test_sft_records_are_fresh_questions_never_held_out():

@@ -1,7 +1,7 @@
 import importlib.util, os, time, torch
 import torch.nn.functional as F
 torch.set_num_threads(1)
-spec = importlib.util.spec_from_file_location("bench_engine", "/work/main/scripts/bench_engine.py")
+spec = importlib.util.spec_from_file_location("bench_engine", "/work/main/benchmarks/bench_engine.py")
 bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
 from lit_rlvr.rollout.decode import decode
 from lit_rlvr.rollout.gen_model import GenerationModel

@@ -2,7 +2,7 @@ import importlib.util, os, sys, time
 from pathlib import Path
 import torch
 torch.set_num_threads(1)
-spec = importlib.util.spec_from_file_location("bench_engine", "/work/main/scripts/bench_engine.py")
+spec = importlib.util.spec_from_file_location("bench_engine", "/work/main/benchmarks/bench_engine.py")
 bench = importlib.util.module_from_spec(spec); spec.loader.exec_module(bench)
 for k, v in bench.VLLM_ENV.items(): os.environ.setdefault(k, v)
 from vllm import LLM, SamplingParams, TokensPrompt

@@ -4,7 +4,7 @@ export OMP_NUM_THREADS=1
 cd /work/main
 O=runs/oc_fixed_budget
 echo "start $(date -u) load $(cat /proc/loadavg) nproc $(nproc)" > $O/machine.txt
-.venv/bin/python scripts/oc_grpo_fixed.py harvest --config configs/quickstart.yaml --config configs/oc_grpo/measure.yaml \
+.venv/bin/lit-rlvr oc-harvest --config configs/quickstart.yaml --config configs/oc_grpo/measure.yaml \
     --out $O/harvest --n 4 --limit 24 --batch 24 > $O/harvest.log 2>&1
 echo "harvest done $(date -u) load $(cat /proc/loadavg)" >> $O/machine.txt
 H=$(.venv/bin/python -c "import json;print(json.load(open('$O/harvest/summary.json'))['rollouts'])")

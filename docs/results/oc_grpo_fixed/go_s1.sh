@@ -5,7 +5,7 @@ export OMP_NUM_THREADS=1
 cd /work/main
 O=runs/oc_fixed_budget
 echo "s1 start $(date -u) load $(cat /proc/loadavg)" >> $O/machine.txt
-.venv/bin/python scripts/oc_grpo_fixed.py harvest --config configs/quickstart.yaml --config configs/oc_grpo/measure.yaml \
+.venv/bin/lit-rlvr oc-harvest --config configs/quickstart.yaml --config configs/oc_grpo/measure.yaml \
     --out $O/harvest_s1 --n 4 --limit 24 --batch 24 --seed_everything=1 > $O/harvest_s1.log 2>&1
 echo "s1 harvest done $(date -u) load $(cat /proc/loadavg)" >> $O/machine.txt
 H=$(.venv/bin/python -c "import json;print(json.load(open('$O/harvest_s1/summary.json'))['rollouts'])")

@@ -10,7 +10,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from lit_rlvr.bench.report.runs import Run, by_strategy
+from lit_rlvr.bench.report.runs import by_strategy
+from lit_rlvr.curves import Run
 
 __all__ = ["STATUS_CODES", "STATUS_COLORS", "load_selection", "plot_selection_heatmaps", "selection_matrix"]
 

@@ -9,9 +9,10 @@ from typing import Any, Optional, Sequence
 from lit_rlvr.bench.report.heatmaps import plot_selection_heatmaps
 from lit_rlvr.bench.report.numbers import summarize
 from lit_rlvr.bench.report.plots import plot_accuracy, plot_per_step
-from lit_rlvr.bench.report.runs import CUM_EFF, find_runs, hindsight_oracle
+from lit_rlvr.bench.report.runs import find_runs
 from lit_rlvr.bench.report.tables import markdown_table, variance_groups_table
 from lit_rlvr.bench.stats import jsonable
+from lit_rlvr.curves import CUM_EFF, hindsight_oracle
 
 __all__ = ["make_report"]
 

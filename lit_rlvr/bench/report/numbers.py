@@ -1,4 +1,4 @@
-"""Per-run numbers and the per-strategy summary: accuracy curves, rollouts to a target, the
+"""Per-run numbers and the per-strategy summary: rollouts to a target (``lit_rlvr.curves``), the
 default target, and groups with reward variance per 1,000 rollouts.
 """
 
@@ -8,48 +8,12 @@ import math
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import pandas as pd
 
-from lit_rlvr.bench.report.runs import CUM_EFF, CUM_GEN, Run, by_strategy
+from lit_rlvr.bench.report.runs import by_strategy
 from lit_rlvr.bench.stats import paired_ratios, stat
+from lit_rlvr.curves import CUM_EFF, CUM_GEN, Run, accuracy_curve, rollouts_to_target
 
-__all__ = ["GROUP_COLUMNS", "accuracy_curve", "auto_target", "rollouts_to_target", "summarize", "variance_groups_per_1k"]
-
-
-def accuracy_curve(run: Run, metric: str = "val/pass@1") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cumulative rollouts [K], accuracy [K], step [K]) at every evaluation of ``metric``.
-
-    Each evaluation is placed at the cumulative rollouts of the last training row logged before it
-    (or in the same row), in log order: Lightning logs a validation after the training row of its
-    step, and an evaluation before training (``evaluation.before_training``) first, at 0 rollouts.
-    """
-    df = run.metrics
-    if metric not in df:
-        return np.zeros(0), np.zeros(0), np.zeros(0)
-    if CUM_GEN in df:
-        cum = df[CUM_GEN].ffill().fillna(0.0).cummax()
-    elif "rollouts/generated" in df:
-        cum = df["rollouts/generated"].fillna(0.0).cumsum()
-    else:
-        cum = pd.Series(np.nan, index=df.index)
-    rows = df[metric].notna().to_numpy()
-    return (
-        cum.to_numpy(dtype=np.float64)[rows],
-        df[metric].to_numpy(dtype=np.float64)[rows],
-        df["step"].to_numpy(dtype=np.float64)[rows],
-    )
-
-
-def rollouts_to_target(x: np.ndarray, y: np.ndarray, target: float) -> float:
-    """Cumulative rollouts where accuracy first reaches ``target`` (linear between evaluations); NaN if never."""
-    hit = np.nonzero(y >= target - 1e-12)[0]
-    if len(hit) == 0:
-        return math.nan
-    i = int(hit[0])
-    if i == 0 or y[i] == y[i - 1]:
-        return float(x[i])
-    frac = (target - y[i - 1]) / (y[i] - y[i - 1])
-    return float(x[i - 1] + frac * (x[i] - x[i - 1]))
+__all__ = ["GROUP_COLUMNS", "auto_target", "summarize", "variance_groups_per_1k"]
 
 
 def _run_numbers(run: Run, target: float, metric: str) -> dict[str, float]:

@@ -9,9 +9,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from lit_rlvr.bench.report.numbers import accuracy_curve
-from lit_rlvr.bench.report.runs import Run, by_strategy
+from lit_rlvr.bench.report.runs import by_strategy
 from lit_rlvr.bench.stats import fmt_target
+from lit_rlvr.curves import Run, accuracy_curve
 
 __all__ = ["plot_accuracy", "plot_per_step"]
 

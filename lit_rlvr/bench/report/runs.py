@@ -1,4 +1,4 @@
-"""Loading runs: every run directory's merged ``metrics.csv`` as a ``Run``, and the hindsight oracle.
+"""Loading runs: every run directory's merged ``metrics.csv`` as a ``Run`` (``lit_rlvr.curves``), grouped by strategy.
 
 A run is a directory holding ``csv/version_*/metrics.csv`` (Lightning's CSVLogger with
 ``name: csv``; ``lightning_logs/version_*`` and bare ``version_*`` work too). Versions of
@@ -11,42 +11,17 @@ layout) or ``<strategy>[_-]seed<k>/``; any other run directory is a strategy of 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import pandas as pd
 
-__all__ = ["CUM_EFF", "CUM_GEN", "Run", "by_strategy", "find_runs", "hindsight_oracle"]
+from lit_rlvr.curves import Run
 
-CUM_GEN = "cumulative/rollouts_generated"
-CUM_EFF = "cumulative/rollouts_effective"
+__all__ = ["by_strategy", "find_runs"]
 
 _SEED_DIR = re.compile(r"^seed[_-]?(\d+)$")
 _SEED_SUFFIX = re.compile(r"^(.*?)[_-]seed[_-]?(\d+)$")
-
-
-@dataclass
-class Run:
-    """One run's logs: its strategy, seed label, metrics and optional selection records.
-
-    ``result``: the benchmark result file the run was read from (``lit_rlvr.bench.results``;
-    empty for a run folder), for the numbers a metrics frame does not hold (group totals).
-    """
-
-    name: str
-    strategy: str
-    seed: str
-    metrics: pd.DataFrame
-    selection_paths: list[Path] = field(default_factory=list)
-    result: dict[str, Any] = field(default_factory=dict)
-
-    def column(self, name: str) -> pd.Series:
-        """Non-empty values of ``name`` indexed by step (the last one for a repeated step)."""
-        if name not in self.metrics:
-            return pd.Series(dtype=float)
-        s = self.metrics[["step", name]].dropna()
-        return s.groupby("step")[name].last()
 
 
 def _run_dir(metrics_csv: Path) -> Path:
@@ -114,31 +89,6 @@ def _is_under(path: Path, root: Path) -> bool:
         return True
     except ValueError:
         return False
-
-
-def hindsight_oracle(runs: Sequence[Run], source: str = "dynamic_sampling", name: str = "oracle") -> list[Run]:
-    """``source``'s runs re-counted as if zero-variance groups had been known before rollout.
-
-    Dynamic Sampling trains on exactly the effective groups it generated; an oracle that knew
-    which prompts would be zero-variance would have generated only those, for the same
-    training batches. So each derived run is the source run with its rollout counters
-    replaced by the effective ones (``cumulative/rollouts_generated`` := effective,
-    effective ratio 1): the limit a pre-rollout selector could reach on that trajectory.
-    Used for real runs, where no simulated oracle exists.
-    """
-    out = []
-    for r in runs:
-        if r.strategy != source or CUM_EFF not in r.metrics:
-            continue
-        df = r.metrics.copy()
-        df[CUM_GEN] = df[CUM_EFF]
-        if "rollouts/effective" in df:
-            df["rollouts/generated"] = df["rollouts/effective"]
-        if "rollouts/effective_ratio" in df:
-            df.loc[df["rollouts/effective_ratio"].notna(), "rollouts/effective_ratio"] = 1.0
-        df = df.drop(columns="time/selection_ms", errors="ignore")  # a selector's cost, not the oracle's
-        out.append(Run(f"{name}/{r.name}", name, r.seed, df))
-    return out
 
 
 def by_strategy(runs: Iterable[Run]) -> dict[str, list[Run]]:

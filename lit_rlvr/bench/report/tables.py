@@ -6,8 +6,9 @@ import math
 from typing import Any, Optional, Sequence
 
 from lit_rlvr.bench.report.numbers import variance_groups_per_1k
-from lit_rlvr.bench.report.runs import Run, by_strategy
+from lit_rlvr.bench.report.runs import by_strategy
 from lit_rlvr.bench.stats import fmt_target, paired_ratios, pm, stat
+from lit_rlvr.curves import Run
 
 __all__ = ["markdown_table", "variance_groups_table"]
 

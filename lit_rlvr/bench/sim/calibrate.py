@@ -1,6 +1,6 @@
 """Fit the simulator to a real run, then compare its ranking of strategies with the real grid's.
 
-Used by ``scripts/sim_regime_b.py``:
+Used by ``benchmarks/sim_regime_b.py``:
 
 1. ``PartPassRates`` (an observer callback) counts, per data epoch and profile part, the rollouts
    and the correct ones of a simulated run: the same table ``part_epoch_rates`` reads from a real
@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from lit_rlvr.bench.report.numbers import rollouts_to_target
+from lit_rlvr.curves import rollouts_to_target
 from lit_rlvr.bench.sim.config import SimConfig
 from lit_rlvr.bench.sim.profile import DifficultyProfile
 from lit_rlvr.bench.sim.run import SimResult, simulate

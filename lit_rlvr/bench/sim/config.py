@@ -70,7 +70,7 @@ class SimConfig:
     profile: str = ""
     """Path of a difficulty profile JSON (``lit_rlvr.bench.sim.profile``: per-part probed pass rates and
     learnability) replacing the Beta draw; "" (default): Beta(pass_alpha, pass_beta). With a profile,
-    num_prompts and num_val must equal its prompt counts (``scripts/simulate.py --profile`` sets them)."""
+    num_prompts and num_val must equal its prompt counts (``benchmarks/simulate.py --profile`` sets them)."""
 
     def __post_init__(self) -> None:
         if self.signal not in SIGNALS:

@@ -6,7 +6,7 @@ learnable. A real pool can hold parts that stay saturated (too hard for the mode
 from early on). A profile describes such a pool by parts, in training-id order:
 
 - ``train_pass_rates``: the part's training prompts' initial pass rates, as probed on the real
-  model (``scripts/probe_task.py``; ``from_probes`` pools several probes per prompt with the
+  model (``lit-rlvr probe``; ``from_probes`` pools several probes per prompt with the
   Jeffreys estimate (k + 1/2) / (n + 1), so a prompt never seen solved gets a small positive rate
   instead of 0, which no skill could lift);
 - ``val_prompts``: held-out prompts of the part, whose initial rates are drawn from the train
@@ -14,7 +14,7 @@ from early on). A profile describes such a pool by parts, in training-id order:
 - ``learnability`` λ: the prompt's logit is λ·skill + bonus − d, so λ = 0 is a part the model's
   general progress does not reach (large products for a 135M model), 1 the default dynamics.
 
-λ and ``SimConfig.eta`` are not measured directly: ``scripts/sim_regime_b.py`` fits them to a
+λ and ``SimConfig.eta`` are not measured directly: ``benchmarks/sim_regime_b.py`` fits them to a
 plain GRPO run's per-part training pass rates per epoch and writes the profile it used.
 """
 
@@ -121,7 +121,7 @@ class DifficultyProfile:
         learnability: dict[str, float] | None = None,
         source: str = "",
     ) -> "DifficultyProfile":
-        """Pool ``scripts/probe_task.py`` results (``rates``: one entry per training prompt, id order)
+        """Pool ``lit-rlvr probe`` results (``rates``: one entry per training prompt, id order)
         into per-prompt Jeffreys rates, grouped by ``parts_of_prompt`` (consecutive ids per part)."""
         n_prompts = len(parts_of_prompt)
         correct = np.zeros(n_prompts)

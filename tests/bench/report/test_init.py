@@ -2,7 +2,7 @@
 
 import lit_rlvr.bench.report as rep
 
-USED_ELSEWHERE = [  # result_report.py, sim/compare.py, scripts/ and docs
+USED_ELSEWHERE = [  # result_report.py, sim/compare.py, benchmarks/ and docs
     "CUM_EFF", "CUM_GEN", "GROUP_COLUMNS", "Run", "STATUS_CODES", "STATUS_COLORS", "accuracy_curve", "auto_target",
     "find_runs", "hindsight_oracle", "load_selection", "make_report", "markdown_table", "plot_accuracy", "plot_per_step",
     "plot_selection_heatmaps", "rollouts_to_target", "selection_matrix", "summarize", "variance_groups_per_1k",

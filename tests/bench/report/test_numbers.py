@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from lit_rlvr.bench.report.numbers import accuracy_curve, auto_target, rollouts_to_target
+from lit_rlvr.bench.report.numbers import auto_target
+from lit_rlvr.curves import accuracy_curve, rollouts_to_target
 from lit_rlvr.bench.report.runs import find_runs
 from tests.bench.report.helpers import write_run
 

@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from lit_rlvr.bench.report.numbers import accuracy_curve
-from lit_rlvr.bench.report.runs import by_strategy, find_runs, hindsight_oracle
+from lit_rlvr.bench.report.runs import by_strategy, find_runs
+from lit_rlvr.curves import accuracy_curve, hindsight_oracle
 from tests.bench.report.helpers import write_run
 
 

@@ -1,9 +1,9 @@
 """Run every selection strategy through the real training step with a simulated policy.
 
-    python scripts/simulate.py --out runs/sim --target 0.7 0.75   # docs/benchmarks.md (about 7 min, 2 cores)
-    python scripts/simulate.py --out runs/sim-quick --quick       # a small setting (about 15 s)
-    python scripts/report.py runs/sim --out runs/sim/report --target 0.7 0.75   # plots and tables
-    python scripts/simulate.py --out runs/sim-signals --quick --compare-signals groups variance   # rankings under two signals
+    python benchmarks/simulate.py --out runs/sim --target 0.7 0.75   # docs/benchmarks.md (about 7 min, 2 cores)
+    python benchmarks/simulate.py --out runs/sim-quick --quick       # a small setting (about 15 s)
+    python benchmarks/report.py runs/sim --out runs/sim/report --target 0.7 0.75   # plots and tables
+    python benchmarks/simulate.py --out runs/sim-signals --quick --compare-signals groups variance   # rankings under two signals
 
 Writes ``<out>/<strategy>/seed<k>/csv/version_0/metrics.csv`` (the trainer's CSVLogger
 column names), ``selection.csv`` beside it for the seeds in ``--record-selection-seeds``,

@@ -1,14 +1,14 @@
 """Real-model benchmark: a tiny Llama warmed up by supervised learning, then GRPO under each strategy.
 
     export OMP_NUM_THREADS=1
-    python scripts/bench_real.py all                      # warm-up (if none yet), runs, report
+    python benchmarks/bench_real.py all                      # warm-up (if none yet), runs, report
 
 or step by step:
 
-    python scripts/bench_real.py warmup                   # SFT until pass rates spread -> runs/bench_real/warm
-    python scripts/bench_real.py run --seeds 0 1 2        # every strategy x seed, equal rollout budget
-    python scripts/bench_real.py report --from-runs --target 0.3   # two reports over the run folders + docs/img/real_*.png
-    python scripts/bench_real.py report                   # the tables from the result files (missing cells marked)
+    python benchmarks/bench_real.py warmup                   # SFT until pass rates spread -> runs/bench_real/warm
+    python benchmarks/bench_real.py run --seeds 0 1 2        # every strategy x seed, equal rollout budget
+    python benchmarks/bench_real.py report --from-runs --target 0.3   # two reports over the run folders + docs/img/real_*.png
+    python benchmarks/bench_real.py report                   # the tables from the result files (missing cells marked)
 
 ``warmup`` is ``lit_rlvr.bench.warmup.warm_up`` on the benchmark config (``--config``,
 default ``configs/bench/reversal.yaml``): the tiny Llama of ``lit_rlvr.policy`` trained on
@@ -25,7 +25,7 @@ reach ``--budget``, the same for every strategy; the step that crosses it finish
 ``SelectionRecorder`` (the heatmap's per-prompt decisions). Every fit also keeps ``groups.csv``
 (``lit_rlvr.group_records.GroupRecorder``, added by ``lit-rlvr fit`` itself), which ``run`` copies
 beside the result file as ``<strategy>_seed<S>.groups.csv`` for ``lit-rlvr report`` and
-``scripts/regime_b_persistence.py``.
+``benchmarks/regime_b_tables.py``.
 
 ``run`` is resumable: every run that exits cleanly writes its result file
 ``<results>/<strategy>_seed<S>.json`` (``lit_rlvr.bench.results``: the evaluations' accuracies
@@ -43,7 +43,7 @@ missing (strategy, seed) cells for ``--strategies`` × ``--seeds``, the held-out
 and training seconds to ``--heldout-target``, ratios to Dynamic Sampling and GRPO, groups with
 variance per 1,000 rollouts), the plots and a heatmap, into ``<out>/report_results`` (PNGs
 copied to ``docs/img/<config name>_*.png``). ``report --from-runs`` (and ``all``, before it) runs
-the report of ``scripts/report.py`` over ``<out>/*_seed*`` twice (with the
+the report of ``benchmarks/report.py`` over ``<out>/*_seed*`` twice (with the
 hindsight oracle derived from Dynamic Sampling's runs, ``lit_rlvr.bench.report.hindsight_oracle``):
 on ``train_prompts/pass@1`` into ``<out>/report`` (PNGs copied to ``docs/img/real_*.png``) and on
 ``heldout_prompts/pass@1`` into ``<out>/report_heldout`` (accuracy plots copied to
@@ -197,7 +197,7 @@ def run(args) -> None:
 
     warm = None if args.no_warm else Path(args.warm).resolve()
     if warm is not None and not (warm / "config.json").is_file():
-        raise SystemExit(f"{warm} holds no model: run `python scripts/bench_real.py warmup` first (or --no-warm)")
+        raise SystemExit(f"{warm} holds no model: run `python benchmarks/bench_real.py warmup` first (or --no-warm)")
     results = _results(args)
     settings = {s: _settings(args, warm, s) for s in args.strategies}  # each reads and hashes its configs once
     todo = []
@@ -365,7 +365,7 @@ def main(argv=None) -> None:
     sub.add_parser("warmup", parents=[w], help="supervised warm-up of the tiny policy")
     sub.add_parser("run", parents=[grid, r], help="GRPO under each strategy and seed, equal rollout budget")
     sub.add_parser("report", parents=[q, grid], help="tables and plots from the result files (every cell marked done or missing); "
-                   "--from-runs: scripts/report.py over the run folders")
+                   "--from-runs: benchmarks/report.py over the run folders")
     sub.add_parser("all", parents=[w, grid, r, q], help="warmup (unless <warm> exists), run, report")
     args = p.parse_args(argv)
     args.default_out = args.out is None

@@ -22,8 +22,8 @@ uncached step; *searched*: prompts searched against the index per step.
 Embedding forwards are timed separately (``--embed-models``): ``PolicyEncoder`` on
 ``--embed-prompts`` short arithmetic prompts, per prompt.
 
-    OMP_NUM_THREADS=1 python scripts/bench_leeps_overhead.py
-    python scripts/bench_leeps_overhead.py --num-prompts 10000 100000 --index flat-torch ivf hnsw --steps 5
+    OMP_NUM_THREADS=1 python benchmarks/bench_leeps_overhead.py
+    python benchmarks/bench_leeps_overhead.py --num-prompts 10000 100000 --index flat-torch ivf hnsw --steps 5
 """
 
 from __future__ import annotations

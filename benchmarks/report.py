@@ -1,7 +1,7 @@
 """Plots and a markdown table from the logs of any runs (simulated or real ``lit-rlvr fit`` runs).
 
-    python scripts/report.py runs/sim --out runs/sim/report --target 0.7 0.75
-    python scripts/report.py runs/greso runs/dapo --out runs/report     # real runs: <run>/csv/version_*/metrics.csv
+    python benchmarks/report.py runs/sim --out runs/sim/report --target 0.7 0.75
+    python benchmarks/report.py runs/greso runs/dapo --out runs/report     # real runs: <run>/csv/version_*/metrics.csv
 
 Runs are grouped into strategies by folder name (``<strategy>/seed<k>`` or
 ``<strategy>_seed<k>``; otherwise each run folder is its own strategy). Writes

@@ -2,7 +2,7 @@
 still contains the right sum as a number (wrong only because another number came last, the reward reads
 the last number), and the share of chosen/rejected candidates cut at the token cap.
 
-    python scripts/g2d_pair_stats.py runs/bench_g2d/k0 runs/bench_g2d/k5 runs/bench_g2d/k10
+    python benchmarks/g2d_pair_stats.py runs/bench_g2d/k0 runs/bench_g2d/k5 runs/bench_g2d/k10
 """
 import json, re, sys
 from pathlib import Path

@@ -1,9 +1,9 @@
 """G2D K sweep on the quick-start model, against GRPO for the whole budget (docs/g2d.md).
 
     export OMP_NUM_THREADS=1
-    python scripts/bench_g2d.py g2d --ks 0 5 10 --harvest-batches 2     # one G2D pipeline per K
-    python scripts/bench_g2d.py grpo --steps 40 --val-every 5          # GRPO with held-out accuracy every 5 steps
-    python scripts/bench_g2d.py report                                 # the table: accuracy vs compute
+    python benchmarks/bench_g2d.py g2d --ks 0 5 10 --harvest-batches 2     # one G2D pipeline per K
+    python benchmarks/bench_g2d.py grpo --steps 40 --val-every 5          # GRPO with held-out accuracy every 5 steps
+    python benchmarks/bench_g2d.py report                                 # the table: accuracy vs compute
 
 ``g2d`` runs ``lit_rlvr.g2d.pipeline.run_pipeline`` (configs/g2d/*.yaml) for each K into
 ``<out>/k<K>``; ``--harvest-batches`` caps the harvest at that many batches of 64 training

@@ -1,9 +1,9 @@
 """OC-GRPO against GRPO at an equal rollout budget on a task too hard for the quick-start model.
 
     export OMP_NUM_THREADS=1
-    python scripts/bench_oc_grpo.py run --steps 8      # OC-GRPO, OC-GRPO without the weight, then GRPO
-    python scripts/bench_oc_grpo.py --seed 1 run      # the same three runs at seed 1 (named oc_s1, ...)
-    python scripts/bench_oc_grpo.py report             # docs/results/oc_grpo/report.md
+    python benchmarks/bench_oc_grpo.py run --steps 8      # OC-GRPO, OC-GRPO without the weight, then GRPO
+    python benchmarks/bench_oc_grpo.py --seed 1 run      # the same three runs at seed 1 (named oc_s1, ...)
+    python benchmarks/bench_oc_grpo.py report             # docs/results/oc_grpo/report.md
 
 All three runs: configs/quickstart.yaml + configs/oc_grpo/measure.yaml (2-digit addition, B = 4, G = 4,
 24 new tokens, the OC-GRPO reference loss for every run, seed 0, held-out greedy pass@1 on 64 prompts

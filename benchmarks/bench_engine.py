@@ -21,7 +21,7 @@ linear layers could reach), what the merged copy costs against peft's in-place m
 ``--hidden`` asks every call for hidden states, as ARRoL's detection call does (``before`` is then
 that call's earlier path: ``generate`` on the unmerged policy).
 
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_engine.py --lengths 16 64 256 --rounds 2 --json-out runs/bench_engine.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_engine.py --lengths 16 64 256 --rounds 2 --json-out runs/bench_engine.json
 """
 
 from __future__ import annotations

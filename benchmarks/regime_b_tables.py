@@ -2,14 +2,14 @@
 
 Two subcommands, each printing markdown and, with ``--save``, writing JSON:
 
-    # per-part pass-rate histograms of probes (scripts/probe_task.py --config ... --n 0 --save ...)
-    python scripts/regime_b_tables.py probe docs/results/regime_b/probe_seed0.json [more probes]
+    # per-part pass-rate histograms of probes (lit-rlvr probe --config ... --n 0 --save ...)
+    python benchmarks/regime_b_tables.py probe docs/results/regime_b/probe_seed0.json [more probes]
 
     # zero variance and its persistence across visits, per data epoch and per part, from a run's groups.csv
-    python scripts/regime_b_tables.py persistence docs/results/bench_real/smollm2_mixed/grpo_seed0.groups.csv
+    python benchmarks/regime_b_tables.py persistence docs/results/bench_real/smollm2_mixed/grpo_seed0.groups.csv
 
     # the same from a SelectionRecorder file (cells that predate groups.csv), e.g. the smollm2.yaml grid
-    python scripts/regime_b_tables.py --config configs/bench/smollm2.yaml persistence \
+    python benchmarks/regime_b_tables.py --config configs/bench/smollm2.yaml persistence \
         docs/results/bench_real/smollm2/grpo_seed0.selection.csv
 
 A prompt's part is ``metadata["part"]`` of its training record (``ReasoningGymSource`` task entry),

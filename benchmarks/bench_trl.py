@@ -26,9 +26,9 @@ alike. Every run trains ``--warmup + --steps`` steps and times the last ``--step
 
 Run it with the TRL environment's Python (``bash scripts/setup_trl_env.sh`` builds it)::
 
-    OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py            # 3 rounds, 2 + 20 steps (~5 min)
-    OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --rounds 1 --steps 5 --json-out out.json
-    OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --model smollm2-lora --rounds 2 --steps 5
+    OMP_NUM_THREADS=1 .venv-trl/bin/python benchmarks/bench_trl.py            # 3 rounds, 2 + 20 steps (~5 min)
+    OMP_NUM_THREADS=1 .venv-trl/bin/python benchmarks/bench_trl.py --rounds 1 --steps 5 --json-out out.json
+    OMP_NUM_THREADS=1 .venv-trl/bin/python benchmarks/bench_trl.py --model smollm2-lora --rounds 2 --steps 5
 
 Equal work against defaults: lit-rlvr skips zero-advantage rows, computes each group's prompt once
 (when configured) and its HF engine drops finished rows; TRL does none of these. ``--equal-work``
@@ -36,8 +36,8 @@ turns them off on the lit-rlvr side (``--lit-loss skip_zero_advantage=false shar
 ``--lit-engine decoder=generate merge_lora=false generation_dtype=float32``); ``--lit-loss KEY=VALUE``
 and ``--lit-engine KEY=VALUE`` set any single option (JSON values), and both are recorded in the JSON::
 
-    OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --model smollm2-lora --equal-work
-    OMP_NUM_THREADS=1 .venv-trl/bin/python scripts/bench_trl.py --model smollm2-lora --lit-loss share_prompt_prefix=true
+    OMP_NUM_THREADS=1 .venv-trl/bin/python benchmarks/bench_trl.py --model smollm2-lora --equal-work
+    OMP_NUM_THREADS=1 .venv-trl/bin/python benchmarks/bench_trl.py --model smollm2-lora --lit-loss share_prompt_prefix=true
 
 ``--model smollm2-lora`` runs both sides on the quick-start's SmolLM2-135M-Instruct (the
 cached safetensors folder, loaded by path on both sides) with the same LoRA on both: r 16, alpha 32,

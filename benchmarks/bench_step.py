@@ -32,8 +32,8 @@ Each phase starts with one untimed warm-up step. Per step it records the wall ti
 With ``--profile`` it instead runs one warm-up step and a cProfile'd step and prints the top
 functions. Usage::
 
-    OMP_NUM_THREADS=2 python scripts/bench_step.py --steps 6 --json-out runs/bench_step.json
-    OMP_NUM_THREADS=2 python scripts/bench_step.py --profile
+    OMP_NUM_THREADS=2 python benchmarks/bench_step.py --steps 6 --json-out runs/bench_step.json
+    OMP_NUM_THREADS=2 python benchmarks/bench_step.py --profile
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Bar chart of per-prompt pass-rate histograms written by ``scripts/probe_task.py --save``.
+"""Bar chart of per-prompt pass-rate histograms written by ``lit-rlvr probe --save``.
 
-    python scripts/plot_probe.py docs/results/bench19/probe_smollm2_seed*.json --out docs/img/smollm2_probe.png
+    python benchmarks/plot_probe.py docs/results/bench19/probe_smollm2_seed*.json --out docs/img/smollm2_probe.png
 
 One group of bars per pass rate k/G (prompts whose G samples had k correct), one bar per probe
 file (e.g. one per sampling seed), with each file's zero-variance share in the legend.
@@ -17,7 +17,7 @@ import numpy as np
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("probes", nargs="+", help="probe JSON files (probe_task.py --save)")
+    p.add_argument("probes", nargs="+", help="probe JSON files (lit-rlvr probe --save)")
     p.add_argument("--out", required=True, help="PNG to write")
     p.add_argument("--title", default="Untrained model: per-prompt pass rates over the training prompts")
     a = p.parse_args(argv)

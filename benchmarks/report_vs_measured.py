@@ -1,9 +1,9 @@
 """The selection report's prediction on the benchmark's GRPO cells, side by side with what the selectors saved.
 
-    python scripts/report_vs_measured.py                 # both regimes, every seed present
-    python scripts/report_vs_measured.py --regimes B     # one regime
-    python scripts/report_vs_measured.py --no-save       # print only
-    python scripts/report_vs_measured.py --no-save --folder B=/elsewhere/smollm2_mixed   # another results folder
+    python benchmarks/report_vs_measured.py                 # both regimes, every seed present
+    python benchmarks/report_vs_measured.py --regimes B     # one regime
+    python benchmarks/report_vs_measured.py --no-save       # print only
+    python benchmarks/report_vs_measured.py --no-save --folder B=/elsewhere/smollm2_mixed   # another results folder
 
 For each regime (its result folder and targets in ``REGIMES``):
 
@@ -294,7 +294,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
         key, _, path = item.partition("=")
         specs[key]["results"] = path  # an absolute path replaces root / results
     lines = [f"# The selection report against the measured savings ({dt.date.today().isoformat()})", "",
-             "`python scripts/report_vs_measured.py`. Rule: " + RULE + ".", ""]
+             "`python benchmarks/report_vs_measured.py`. Rule: " + RULE + ".", ""]
     data: dict[str, Any] = {"date": dt.date.today().isoformat(), "rule": RULE, "regimes": []}
     for key in args.regimes:
         more, d = regime(key, specs[key], root)

@@ -1,8 +1,8 @@
 """The simulator checked against regime B: fit it to plain GRPO's runs, then compare its ranking
 of strategies with the real grid's (docs/benchmarks.md, "The simulator against regime B").
 
-    OMP_NUM_THREADS=1 python scripts/sim_regime_b.py --out docs/results/sim_regime_b
-    OMP_NUM_THREADS=1 python scripts/sim_regime_b.py --out docs/results/sim_regime_b --reuse-fit   # new real cells only
+    OMP_NUM_THREADS=1 python benchmarks/sim_regime_b.py --out docs/results/sim_regime_b
+    OMP_NUM_THREADS=1 python benchmarks/sim_regime_b.py --out docs/results/sim_regime_b --reuse-fit   # new real cells only
 
 1. Profile: regime B's 48 training prompts in three parts (learn, products, easy), each prompt's
    initial pass rate from the two probes of the untrained model (docs/results/regime_b/probe_seed*.json,

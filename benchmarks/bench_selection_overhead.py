@@ -13,8 +13,8 @@ Two scenarios by default:
   stress case of docs/architecture.md's "a step's selection costs milliseconds".
 * ``pool=1024``: a realistic pool (B = 256, pool_multiple 4) drawn from the same id space.
 
-    python scripts/bench_selection_overhead.py                  # both scenarios, 50 steps
-    python scripts/bench_selection_overhead.py --pool-sizes 1024 --steps 20
+    python benchmarks/bench_selection_overhead.py                  # both scenarios, 50 steps
+    python benchmarks/bench_selection_overhead.py --pool-sizes 1024 --steps 20
 
 The GRESO observe column includes ``base.group_observations`` (vectorised scatter
 reductions); its share is printed separately as ``group_observations``.

@@ -1,13 +1,13 @@
 """Benchmark: ARRoL's detection call (hidden states asked for), the earlier path against the compact decoder.
 
-The quick-start model and prompts of ``scripts/bench_engine.py`` (SmolLM2-135M-Instruct + LoRA, 8 prompts
+The quick-start model and prompts of ``benchmarks/bench_engine.py`` (SmolLM2-135M-Instruct + LoRA, 8 prompts
 x 8 samples = 64 rollouts), ``max_new_tokens`` 4, ``return_hidden_states=True``, one process, one torch
 thread, the two paths alternating (their order flips each round):
 
 - ``before``: ``generate`` on the unmerged float32 policy (the detection call's path until 2026-12-03);
 - ``+compact``: the compact decoder on the merged float32 copy (the default engine's path now).
 
-    OMP_NUM_THREADS=1 python scripts/bench_detect_call.py --rounds 4 --json-out runs/detect_call.json
+    OMP_NUM_THREADS=1 python benchmarks/bench_detect_call.py --rounds 4 --json-out runs/detect_call.json
 """
 
 from __future__ import annotations

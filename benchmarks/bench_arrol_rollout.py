@@ -5,7 +5,7 @@ On a shared machine the fits' time/rollout_s moves with other people's load; her
 survivors continued: the cost does not depend on which survive) alternate on the same pools and
 the same model, so both see the same load. Reads the task, model and sampling from a fit config.
 
-    OMP_NUM_THREADS=1 python scripts/bench_arrol_rollout.py --config configs/arrol_cpu.yaml \
+    OMP_NUM_THREADS=1 python benchmarks/bench_arrol_rollout.py --config configs/arrol_cpu.yaml \
         --detect-tokens 16 --keep-ratio 0.5 --reps 3
 """
 

@@ -1,12 +1,12 @@
 """Per-step decode cost by batch size: the HF engine's compact decoder against vLLM's CPU build.
 
-Complements ``scripts/bench_engine.py`` (whose tokens/s mix prefill, full batches and a long tail of
+Complements ``benchmarks/bench_engine.py`` (whose tokens/s mix prefill, full batches and a long tail of
 few rows): here every row decodes a fixed number of tokens (no stop token; vLLM ``ignore_eos``),
 one quick-start prompt shared by ``rows`` samples, and a step's cost is
 ``(seconds(1 + steps tokens) - seconds(1 token)) / steps``, so the prefill cancels out. Both in one
 process, one thread, the same dtype; calls alternate. Run under the vLLM environment:
 
-    OMP_NUM_THREADS=1 .venv-vllm/bin/python scripts/bench_engine_steps.py --rows 1 8 64 --json-out runs/steps.json
+    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/bench_engine_steps.py --rows 1 8 64 --json-out runs/steps.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Run several selection methods on the same base config and print their rollout accounting side by side.
 
-    python scripts/compare_methods.py --base configs/quickstart.yaml \
+    python benchmarks/compare_methods.py --base configs/quickstart.yaml \
         --methods grpo dynamic_sampling greso --steps 12 --out runs/compare -- --data.source.init_args.train_size=48
 
 Each method runs ``lit-rlvr fit --config BASE --config configs/methods/METHOD.yaml`` in its own

@@ -5,7 +5,7 @@ batch: 64 completions) through ``TimeLimitedCaller`` with the sandbox on and
 off, alternating rounds, after both pools are warm; prints seconds per batch and
 the ratio. Worker start-up is reported separately (it is paid once per worker).
 
-    OMP_NUM_THREADS=1 python scripts/bench_reward_sandbox.py [--rounds 10]
+    OMP_NUM_THREADS=1 python benchmarks/bench_reward_sandbox.py [--rounds 10]
 """
 
 from __future__ import annotations
