@@ -51,8 +51,8 @@ def choose_threads(environ: MutableMapping[str, str], cpus: int) -> tuple[Option
                 raise SystemExit(f"{name}={environ[name]!r}: set it to a positive number of threads (e.g. {name}=1)")
             return n, f"{name}={n}"
     if cpus <= SMALL_MACHINE:
-        return 1, f"{cpus} CPUs available (at most {SMALL_MACHINE}: one thread; set {THREADS_ENV}=N to change)"
-    return None, f"{cpus} CPUs available (torch's default; set {THREADS_ENV}=N to change)"
+        return 1, f"{cpus} CPUs available, at most {SMALL_MACHINE}: one thread; set {THREADS_ENV}=N to change"
+    return None, f"{cpus} CPUs available: torch's default; set {THREADS_ENV}=N to change"
 
 
 def apply_thread_policy(
