@@ -39,6 +39,7 @@ from lit_rlvr.config_checks import (
     check_model_parallel, check_run_is_bounded, config_files, init_error_message, method_config_notices,
     parse_error_line, resolve_class_path,
 )
+from lit_rlvr.cli_errors import data_errors_alone
 from lit_rlvr.cli_help import with_class_options
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.group_records import GroupRecorder
@@ -194,16 +195,17 @@ def main(args: Optional[list[str]] = None) -> None:
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     # GRPOModule.on_before_batch_transfer attaches the step context to the data module's pools (on purpose).
     warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
-    LitRLVRCLI(
-        PolicyModule,
-        LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        parser_kwargs={"parser_mode": "omegaconf+"},
-        save_config_kwargs={"overwrite": True},
-        seed_everything_default=0,
-        args=args,
-    )
+    with data_errors_alone():  # a bad data file ends on its clear line, no traceback (lit_rlvr.cli_errors)
+        LitRLVRCLI(
+            PolicyModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            parser_kwargs={"parser_mode": "omegaconf+"},
+            save_config_kwargs={"overwrite": True},
+            seed_everything_default=0,
+            args=args,
+        )
 
 
 if __name__ == "__main__":
