@@ -40,11 +40,14 @@ from lit_rlvr.config_checks import (
     check_model_parallel, check_run_is_bounded, config_files, init_error_message, method_config_notices,
     parse_error_line, resolve_class_path,
 )
+from lit_rlvr.cli_errors import data_errors_alone
+from lit_rlvr.cli_help import with_class_options
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.group_records import GroupRecorder
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.runs import place_run, resume_mismatch
 from lit_rlvr.summary import RunSummary
+from lit_rlvr.threads import apply_thread_policy
 
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -69,11 +72,24 @@ def run_subcommand(name: str, args: list[str]) -> Any:
 
 
 class LitRLVRParser(LightningArgumentParser):
-    """jsonargparse's parser whose errors end on one line naming the bad key or class path and the fix."""
+    """jsonargparse's parser whose errors end on one line naming the bad key or class path and the fix.
+
+    Abbreviated options are refused (``--trainer.max_step`` is a typo, not ``max_steps``), in this parser and in the
+    ones jsonargparse builds from its class for ``model``, ``data`` and callbacks.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
         line = parse_error_line(message, prog="lit-rlvr") if self.exit_on_error else None
         super().error(f"{message}\n{line}" if line else message, ex)
+
+    def format_help(self) -> str:
+        """The fit help, with the options of the model and data classes in use (``lit_rlvr.cli_help``)."""
+        args = getattr(self, "_lit_rlvr_args", None)
+        return super().format_help() if args is None else with_class_options(super().format_help(), args)
 
 
 class LitRLVRCLI(LightningCLI):
@@ -86,6 +102,8 @@ class LitRLVRCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         raw = sys.argv[1:] if args is None else args
         self._config_files = config_files(raw) if isinstance(raw, (list, tuple)) else []
+        for sub in getattr(self, "_subcommand_parsers", {}).values():  # --help lists the config's classes' options
+            sub._lit_rlvr_args = list(raw) if isinstance(raw, (list, tuple)) else []
         super().parse_arguments(parser, args)
 
     def add_arguments_to_parser(self, parser) -> None:
@@ -209,6 +227,7 @@ def main(args: Optional[list[str]] = None) -> None:
         return None  # the console script exits with main's return value: a tool's result is not an exit code
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     show_lit_rlvr_logs()
+    apply_thread_policy(argv)  # before torch computes anything (lit_rlvr.threads)
     quiet_lightning()
     # "omegaconf+" resolves after all configs and flags; configs' absolute paths resolve under the subcommand
     set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
@@ -216,16 +235,17 @@ def main(args: Optional[list[str]] = None) -> None:
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     # GRPOModule.on_before_batch_transfer attaches the step context to the data module's pools (on purpose).
     warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
-    LitRLVRCLI(
-        PolicyModule,
-        LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        parser_kwargs={"parser_mode": "omegaconf+"},
-        save_config_kwargs={"overwrite": True},
-        seed_everything_default=0,
-        args=args,
-    )
+    with data_errors_alone():  # a bad data file ends on its clear line, no traceback (lit_rlvr.cli_errors)
+        LitRLVRCLI(
+            PolicyModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            parser_kwargs={"parser_mode": "omegaconf+"},
+            save_config_kwargs={"overwrite": True},
+            seed_everything_default=0,
+            args=args,
+        )
 
 
 if __name__ == "__main__":

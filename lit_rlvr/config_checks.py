@@ -27,6 +27,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import yaml
 
+from lit_rlvr.cli_help import help_command
+
 __all__ = [
     "check_model_parallel", "check_run_is_bounded", "config_files", "init_error_message", "method_config_notices",
     "parse_error_line",
@@ -264,9 +266,11 @@ def _unknown_option(dotted: str, key: Optional[str], cls: Any, class_path: Optio
     close = difflib.get_close_matches(option, accepted, n=1, cutoff=0.6)
     owner = f" ({class_path})" if class_path else ""
     hint = f"did you mean {group + '.' if group else ''}{close[0]}? " if close else ""
+    shows = help_command(key or group, class_path, prog)
+    lists = "lists every option" if shows.endswith(" --help") else "lists its options"
     return (
         f"{group or 'the config'}{owner} does not accept option '{option}': {hint}fix the key in your --config "
-        f"file or flag ('{prog} fit --help' lists every option)"
+        f"file or flag ('{shows}' {lists})"
     )
 
 

@@ -8,7 +8,8 @@ replaces Lightning's default one (``model.checkpoint_every_n_steps`` does that o
 ``console_callbacks`` replaces two default callbacks: a progress bar counting steps of
 ``max_steps`` (the training stream is endless, so Lightning shows "Epoch 0/-2") and a model
 summary without the FLOPs column (always 0: the module has no ``example_input_array``), whose
-"Trainer already configured with model summary callbacks" note is dropped too.
+"Trainer already configured with model summary callbacks" note is dropped too. When stdout or stderr
+is not a terminal it adds ``lit_rlvr.progress_log.ProgressLog``: a progress line in the log.
 ``show_path`` writes a path the way the end-of-fit lines show it (``lit_rlvr.summary``,
 ``lit_rlvr.selection_report``).
 """
@@ -25,6 +26,8 @@ from lightning.pytorch.callbacks import Callback, ModelSummary, ProgressBar, TQD
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE, RichProgressBar
 from lightning.pytorch.utilities.model_summary.model_summary import _format_summary_table
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+from lit_rlvr.progress_log import ProgressLog, output_is_terminal
 
 _DROPPED_INFO = re.compile(
     r"💡 Tip: For seamless cloud (logging|uploads)"
@@ -147,4 +150,6 @@ def console_callbacks(trainer_config: dict[str, Any], callbacks: list[Callback])
         out.append(StepRichProgressBar() if _RICH_AVAILABLE else StepTQDMProgressBar())
     if trainer_config.get("enable_model_summary", True) is not False and not any(isinstance(c, ModelSummary) for c in callbacks):
         out.append(ParamsSummary())
+    if not output_is_terminal() and not any(isinstance(c, ProgressLog) for c in callbacks):
+        out.append(ProgressLog())  # a bar draws nothing useful into a file: a line per step or every few seconds
     return out

@@ -23,6 +23,16 @@ from lit_rlvr.checkpointing import last_good_checkpoint
 log = logging.getLogger(__name__)
 
 
+def resume_advice(where: str) -> str:
+    """What to resume from, given ``last_good_checkpoint``'s words: never the suspect file it may name."""
+    if where.startswith("last good checkpoint"):
+        return "Resume from it or an earlier one, perhaps with a lower learning rate."
+    if "is suspect" in where:
+        return ("Do not resume from the suspect checkpoint: resume from an earlier one, or start over, perhaps with a "
+                "lower learning rate.")
+    return "Resume from an earlier checkpoint or start over, perhaps with a lower learning rate."
+
+
 class NonFiniteError(RuntimeError):
     """Too many optimizer steps in a row had a non-finite loss or gradient."""
 
@@ -64,8 +74,7 @@ class NonFiniteGuard:
             raise NonFiniteError(
                 f"step {step}: {self.in_a_row} optimizer steps in a row had a non-finite loss or gradient "
                 f"(model.max_nonfinite_steps={self.limit}); stopping. The weights may already be non-finite "
-                f"(e.g. a corrupted optimizer state): {last_good_checkpoint(trainer)}. Resume from it or an earlier "
-                f"one, perhaps with a lower learning rate."
+                f"(e.g. a corrupted optimizer state): {last_good_checkpoint(trainer)}. {resume_advice(last_good_checkpoint(trainer))}"
             )
         log.warning("step %d: non-finite loss or gradient, optimizer step skipped (%d in a row, %d in total)",
                     step, self.in_a_row, self.total)

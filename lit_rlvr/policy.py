@@ -59,19 +59,19 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         if self.r < 1:
-            raise ValueError(f"lora.r must be >= 1, got {self.r}: set `lora.r` to a positive rank such as 16")
+            raise ValueError(f"model.policy.lora.r must be >= 1, got {self.r}: set --model.policy.lora.r to a positive rank such as 16")
         if self.alpha <= 0:
-            raise ValueError(f"lora.alpha must be > 0, got {self.alpha}: set `lora.alpha` (commonly 2 * r)")
+            raise ValueError(f"model.policy.lora.alpha must be > 0, got {self.alpha}: set --model.policy.lora.alpha (commonly 2 * r)")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}: set `lora.dropout` to e.g. 0.0")
+            raise ValueError(f"model.policy.lora.dropout must be in [0, 1), got {self.dropout}: set --model.policy.lora.dropout to e.g. 0.0")
         if isinstance(self.target_modules, str):
             if not self.target_modules:
-                raise ValueError('lora.target_modules is empty: use "all-linear" or a list of module names')
+                raise ValueError('model.policy.lora.target_modules is empty: use "all-linear" or a list of module names')
         else:
             self.target_modules = list(self.target_modules)
             if not self.target_modules or not all(isinstance(m, str) and m for m in self.target_modules):
                 raise ValueError(
-                    f"lora.target_modules must be a non-empty list of module names or \"all-linear\", "
+                    f"model.policy.lora.target_modules must be a non-empty list of module names or \"all-linear\", "
                     f"got {self.target_modules!r}"
                 )
 

@@ -1,7 +1,8 @@
 """One fit, one run: the ``version_N`` its loggers, checkpoints and export share, and what a resume must keep.
 
 - ``place_run``: a fresh fit takes the next ``version_N`` free under every versioned logger
-  (CSV and TensorBoard get the same N); a fit resumed from ``.../version_N/checkpoints/*.ckpt``
+  (CSV and TensorBoard get the same N) and reserves it by creating the folder (``os.mkdir`` fails
+  when it exists, so two fits started together get two numbers); a fit resumed from ``.../version_N/checkpoints/*.ckpt``
   writes on into ``version_N``. ``{run}`` in ``model.export_dir`` becomes ``version_N``, so two
   fits in one ``default_root_dir`` never share an export.
 - ``resume_mismatch``: a resume that drops the run's selection callbacks or changes its group
@@ -43,6 +44,23 @@ def _next_free(folder: Path) -> int:
     return max(taken, default=-1) + 1
 
 
+def reserve_version(folders: Sequence[Path], start: int = 0) -> int:
+    """The first N >= ``start`` whose ``version_N`` this call created in ``folders[0]`` (the reservation: ``os.mkdir``
+    is atomic, so concurrent callers never get the same N), also created in the other folders."""
+    first, rest = folders[0], folders[1:]
+    first.mkdir(parents=True, exist_ok=True)
+    n = start
+    while True:
+        try:
+            os.mkdir(first / f"version_{n}")
+        except FileExistsError:
+            n += 1
+            continue
+        for folder in rest:
+            (folder / f"version_{n}").mkdir(parents=True, exist_ok=True)
+        return n
+
+
 def place_run(loggers: Sequence[Any], model: Any, ckpt_path: Any) -> Optional[int]:
     """Give every logger without a fixed version, and ``{run}`` in the model's ``export_dir``, this fit's version."""
     versioned = [lg for lg in loggers if hasattr(lg, "_get_next_version") and getattr(lg, "_version", 0) is None]
@@ -52,9 +70,10 @@ def place_run(loggers: Sequence[Any], model: Any, ckpt_path: Any) -> Optional[in
     if version is None and _rank() != 0 and os.environ.get(RUN_ENV, "").isdigit():
         version = int(os.environ[RUN_ENV])
     if version is None and versioned:
-        version = max(lg._get_next_version() for lg in versioned)
+        version = reserve_version([Path(lg.root_dir) for lg in versioned], max(lg._get_next_version() for lg in versioned))
     if version is None and templated:
-        version = _next_free(Path(export_dir.split("{run}")[0] or "."))
+        base = Path(export_dir.split("{run}")[0] or ".")
+        version = reserve_version([base], _next_free(base))
     if version is None:
         return None
     for lg in versioned:

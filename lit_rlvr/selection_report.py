@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 
 from lit_rlvr.advantages import is_zero_variance
 from lit_rlvr.group_records import FILE_NAME, GroupRecord, GroupRecorder, read_groups
-from lit_rlvr.plot import Row, read_run, run_file
+from lit_rlvr.plot import Row, metrics_files, read_run, run_file
 
 __all__ = [
     "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "MEASURED_CAVEAT", "EpochShares",
@@ -142,6 +142,12 @@ class SelectionStats:
     after_zero_variance: float = 0.0
     revisits: int = 0
     """Groups whose prompt had a previous visit."""
+    steps: int = 0
+    """Steps with recorded groups."""
+    prompts: int = 0
+    """Distinct prompts recorded."""
+    num_train: Optional[int] = None
+    """Training prompts of the data (set when known: a prompt recurs only after all were drawn once)."""
     zero_variance_now: int = 0
     """Revisits that are zero-variance now."""
     zero_variance_before: int = 0
@@ -180,6 +186,8 @@ def selection_stats(records: Sequence[GroupRecord]) -> SelectionStats:
     out = SelectionStats()
     epochs: dict[Optional[int], list[int]] = {}  # epoch -> [rollouts, groups, right, wrong, after]
     last: dict[int, bool] = {}  # prompt id -> zero-variance at its latest visit
+    out.steps = len({r.step for r in records})
+    out.prompts = len({r.prompt_id for r in records})
     for r in sorted(records, key=lambda r: r.step):
         zv, prev = zero_variance(r), last.get(r.prompt_id)
         out.zero_variance_groups += zv
@@ -219,6 +227,8 @@ class OracleRatio:
     metric: str
     to_target: bool
     """False: the ratio is over the whole run (the final accuracy was reached at the first evaluation or never measured)."""
+    evaluations: int = 2
+    """Held-out evaluations in the run (one: only the one before training, nothing to reach)."""
 
     def describe(self) -> str:
         if math.isnan(self.ratio):
@@ -227,7 +237,17 @@ class OracleRatio:
             return "hindsight oracle: 0 rollouts (no group had reward variance)"
         if self.to_target:
             return f"hindsight oracle {self.ratio:.2f}x the rollouts to the final {self.metric} {self.target:.3f}"
-        return f"hindsight oracle {self.ratio:.2f}x the rollouts over the whole run (final accuracy no better than the first)"
+        why = ("no held-out evaluation after training, so no final accuracy to reach" if self.evaluations < 2
+               else "final accuracy no better than the first")
+        return f"hindsight oracle {self.ratio:.2f}x the rollouts over the whole run ({why})"
+
+    def counts(self) -> str:
+        """The two counts behind the ratio, each named."""
+        if self.to_target:
+            return (f"the oracle reaches it after {self.oracle_rollouts:.0f} rollouts (it generates only those in "
+                    f"groups with reward variance), the run after {self.run_rollouts:.0f} generated")
+        return (f"{self.oracle_rollouts:.0f} rollouts in groups with reward variance (effective) against "
+                f"{self.run_rollouts:.0f} generated")
 
 
 def _run_and_oracle(rows: list[Row]):
@@ -262,9 +282,9 @@ def oracle_ratio(rows: list[Row]) -> Optional[OracleRatio]:
         ox, oy, _ = accuracy_curve(oracle, metric)
         oracle_to = rollouts_to_target(ox, oy, target)
         if run_to > 0:
-            return OracleRatio(oracle_to / run_to, run_to, oracle_to, target, metric, True)
+            return OracleRatio(oracle_to / run_to, run_to, oracle_to, target, metric, True, len(y))
     g, e = float(run.column(CUM_GEN).iloc[-1]), float(run.column(CUM_EFF).iloc[-1])
-    return OracleRatio(e / g if g else math.nan, g, e, float(y[-1]) if len(y) else math.nan, metric, False)
+    return OracleRatio(e / g if g else math.nan, g, e, float(y[-1]) if len(y) else math.nan, metric, False, len(y))
 
 
 def verdict(s: SelectionStats) -> str:
@@ -293,7 +313,7 @@ def _family(s: SelectionStats) -> str:
     """The verdict that names a family, without its caveat: by persistence, once enough prompts were revisited."""
     zv = s.zero_variance
     if s.revisits < MIN_REVISITS or s.zero_variance_before == 0:
-        why = (f"only {s.revisits} groups revisited a prompt (it needs {MIN_REVISITS}; train longer)"
+        why = (f"only {s.revisits} groups revisited a prompt (it needs {MIN_REVISITS}; {more_steps_hint(s)})"
                if s.revisits < MIN_REVISITS else "no revisit followed a zero-variance visit")
         return (f"{REFILL[0].upper() + REFILL[1:]} is the family to try: {zv:.0%} of rollouts went to zero-variance "
                 f"groups; {HISTORY} cannot be judged from this run: {why}.")
@@ -306,6 +326,24 @@ def _family(s: SelectionStats) -> str:
     return (f"{REFILL[0].upper() + REFILL[1:]} is likely to help and {HISTORY} is not: {zv:.0%} of rollouts went to "
             f"zero-variance groups, but zero variance is transient (P(zero-variance now | at the previous visit) = "
             f"{p:.2f} < {PERSISTENCE}), so skipping by history would drop groups that have variance again.")
+
+
+def more_steps_hint(s: SelectionStats) -> str:
+    """How much longer a run must train for ``MIN_REVISITS`` revisits: prompts recur once every training
+    prompt was drawn (an epoch), so it needs about ``num_train + MIN_REVISITS`` groups at this run's groups a step."""
+    if not s.steps or not s.groups:
+        return "train longer"
+    per_step = s.groups / s.steps
+    if s.num_train is not None:
+        needed, known = s.num_train + MIN_REVISITS, f"the {s.num_train} training prompts"
+    elif s.revisits:  # an epoch has passed: every prompt was seen once
+        needed, known = s.prompts + MIN_REVISITS, f"the {s.prompts} training prompts"
+    else:
+        needed, known = s.prompts + MIN_REVISITS, f"at least the {s.prompts} prompts seen so far"
+    total = math.ceil(needed / per_step)
+    more = max(1, total - s.steps)
+    return (f"train {'at least ' if s.num_train is None and not s.revisits else 'about '}{more} more steps, "
+            f"to step {s.steps + more}: a prompt recurs once {known} have been drawn, {per_step:.0f} a step")
 
 
 def _p(x: float) -> str:
@@ -336,6 +374,8 @@ def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
     if path is None or not path.is_file():
         return lever_lines(noise)
     stats = selection_stats(read_groups(path))
+    num_train = getattr(getattr(trainer, "datamodule", None), "num_train", None)
+    stats.num_train = num_train if isinstance(num_train, int) else None
     return summary_lines(stats, oracle_ratio(rows) if rows else None, show_path(path.parent)) + lever_lines(noise, stats.history_share)
 
 
@@ -378,7 +418,8 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
         f"- P(zero-variance now | zero-variance at the previous visit) = {_p(s.p_now_given_before)}: how often "
         "skipping such a prompt would have been right.", "",
         "## Hindsight oracle", "",
-        (oracle.describe() + f" ({oracle.oracle_rollouts:.0f} against {oracle.run_rollouts:.0f}).") if oracle
+        f"{oracle.describe()}: {oracle.counts()}. (The end-of-fit summary's rollouts \"in the gradient\" are fewer "
+        "than the effective ones: of those, the rollouts whose advantage is not zero.)" if oracle
         else "n/a: the metrics have no cumulative rollout counts.", "",
         "The oracle is this run's held-out curve placed at its cumulative effective rollouts (rollouts in groups "
         "with reward variance): an oracle that never generated zero-variance groups makes the same updates, since "
@@ -416,6 +457,20 @@ def _lever_section(rows: list[Row], s: SelectionStats) -> list[str]:
     lines += [f"| {p.lever} | {p.ratio:.2f} | {p.low:.2f}-{p.high:.2f} | {p.call} |" for p in preds]
     return lines + ["", f"**Verdict.** {lever_verdict(preds)}", "",
                     "Formulas and what the interval leaves out: docs/noise_scale.md in the lit-rlvr repository.", ""]
+
+
+def which_run(run: str | Path, version: Optional[int] = None) -> str:
+    """One line: the version folder ``write_report`` reads for ``run`` and how to pick another."""
+    from lit_rlvr.console import show_path
+
+    folder = Path(run)
+    if (folder / "metrics.csv").is_file():
+        return f"read {show_path(folder)} (a version folder, named on the command line)"
+    chosen = run_file(run, version).parent
+    versions = [p.parent.name for p in metrics_files(run)]
+    how = "named by --version" if version is not None else f"the newest of {len(versions)}: {', '.join(versions)}"
+    other = f"; another: lit-rlvr report {run} --version N" if len(versions) > 1 else ""
+    return f"read {show_path(chosen)} ({how}{other})"
 
 
 def _plot(s: SelectionStats, rows: list[Row], out: Path) -> Path:
@@ -463,7 +518,7 @@ def _curves(rows: list[Row]):
 
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="lit-rlvr report",
+        prog="lit-rlvr report", allow_abbrev=False,
         description="Write selection_report.md and selection_report.png into a run's version folder: where its "
         "rollouts went, whether zero variance persisted across visits, the critical batch and what each lever "
         "(a smaller batch, refill, pre-selection) is predicted to save.",
@@ -472,6 +527,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--version", type=int, default=None, help="report version_N (default: the latest)")
     args = parser.parse_args(argv)
     try:
+        print(f"lit-rlvr report: {which_run(args.run, args.version)}")
         md, png = write_report(args.run, args.version)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"lit-rlvr report: {e}") from None

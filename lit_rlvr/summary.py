@@ -6,7 +6,9 @@ once the fit has finished, after the module's ``on_fit_end`` has exported the po
 version, ``lit_rlvr.runs``, and is plotted whole) and prints:
 
 - held-out accuracy (every ``val/*`` metric) before training and at the last evaluation;
-- rollouts generated and in the gradient (the cumulative counters, ``lit_rlvr.accounting``);
+- when there is no evaluation after training, why (``trainer.val_check_interval``) and the flag that gives one;
+- rollouts generated, effective (in groups with reward variance) and in the gradient (of those, with a
+  non-zero advantage), the cumulative counters of ``lit_rlvr.accounting``;
 - where the metrics, the checkpoint (``last.ckpt``), the exported policy and the plot are;
 - where the rollouts went (zero-variance groups, their persistence across visits) and which family of
   selection methods would pay on this data (``lit_rlvr.selection_report``, from ``groups.csv``);
@@ -116,6 +118,8 @@ class RunSummary(pl.Callback):
             for k in keys:
                 b, a = (f"{d[k]:.3f}" if k in d else "  -  " for d in (before, after))
                 out.append(f"    {k:<19} {b:>6}   {a:>6}")
+            if not after:
+                out.append(f"    ({no_final_evaluation(trainer, steps)})")
         elif trainer.limit_val_batches == 0:
             out.append("  held-out accuracy     not measured (trainer.limit_val_batches=0)")
         else:
@@ -125,10 +129,11 @@ class RunSummary(pl.Callback):
             )
         totals = getattr(pl_module, "totals", None)
         if totals is not None:
-            share = f" ({totals.rollouts_in_gradient / totals.rollouts_generated:.0%})" if totals.rollouts_generated else ""
+            share = f", {totals.rollouts_in_gradient / totals.rollouts_generated:.0%}" if totals.rollouts_generated else ""
             out.append(
-                f"  rollouts              {totals.rollouts_generated} generated, "
-                f"{totals.rollouts_in_gradient} in the gradient{share}, {totals.tokens_generated} tokens"
+                f"  rollouts              {totals.rollouts_generated} generated, {totals.rollouts_effective} in groups "
+                f"with reward variance (effective), {totals.rollouts_in_gradient} of them with a non-zero advantage "
+                f"(in the gradient{share}), {totals.tokens_generated} tokens"
                 + (f", {totals.rollouts_pruned} pruned during generation" if getattr(totals, "rollouts_pruned", 0) else "")
             )
             if totals.reward_errors or totals.reward_timeouts:
@@ -154,3 +159,13 @@ class RunSummary(pl.Callback):
         why = "" if plot else " (no metrics logged)" if has_csv else " (needs a CSVLogger)"
         out.append(f"  plot                  {_show(plot) if plot else 'none'}{why}")
         return out
+
+
+def no_final_evaluation(trainer: pl.Trainer, steps: int) -> str:
+    """Why a fit has no held-out accuracy after training, and the flag that gives it one."""
+    every = trainer.val_check_interval
+    if isinstance(every, int) and every > steps:
+        return (f"no evaluation after training: validation runs every trainer.val_check_interval={every} steps and "
+                f"this fit ran {steps}; set --trainer.val_check_interval={steps} (or a divisor) to measure it")
+    return (f"no evaluation after training: validation (trainer.val_check_interval={every}) did not run after the "
+            f"last step; set --trainer.val_check_interval to a divisor of trainer.max_steps={trainer.max_steps}")

@@ -67,6 +67,15 @@ def test_progress_counts_steps_of_max_steps(fit_and_resume):
     assert re.search(r"Step\b.*\b2/2\b", first) and re.search(r"Step\b.*\b4/4\b", resumed)
 
 
+def test_output_to_a_pipe_logs_a_progress_line(fit_and_resume):
+    # before: nothing between the evaluation before training and the summary when the output is not a terminal
+    _, first, resumed = fit_and_resume
+    assert re.search(r"lit-rlvr: step 1/2: 16 rollouts so far, reward \d\.\d{3}, [\d.]+ s/step \(this step [\d.]+ s\), "
+                     r"about .* left", first)
+    assert "lit-rlvr: step 2/2: 32 rollouts so far" in first  # the last step always gets its line
+    assert "lit-rlvr: step 4/4: 64 rollouts so far" in resumed  # counters continue across the resume
+
+
 def test_the_before_training_line_prints_once(fit_and_resume):
     _, first, resumed = fit_and_resume
     assert first.count("held-out accuracy before training: {'val/pass@1': ") == 1

@@ -17,6 +17,10 @@ from tests.test_module import ROOT, TINY, _metrics
 
 CUE = "sleepy reward: sleeping"
 FAST = ["--trainer.limit_val_batches=0", "--model.evaluation.before_training=false"]
+STOP_WITHIN_S = 30
+"""The stop must not wait for the reward (it sleeps 60 s) and must beat a scheduler's ~30 s grace before SIGKILL.
+The time is the save and the process's exit: a few seconds on a quiet machine, 10.9 s once on a loaded 2-core one,
+so the bound is the scheduler's, not a quiet machine's."""
 
 
 def _cli() -> list[str]:
@@ -95,7 +99,7 @@ def test_sigterm_during_a_hanging_reward_saves_the_last_step_at_once_and_resumes
     signalled = time.time()
     code, elapsed = run.sigterm_when_cued()
     assert code == 128 + signal.SIGTERM, run.output[-4000:]
-    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
+    assert elapsed < STOP_WITHIN_S, f"took {elapsed:.1f} s to stop"
     assert "saved the state after step 1" in run.output, run.output[-4000:]
     (last,) = glob.glob(str(tmp_path / "runs" / "**" / "last.ckpt"), recursive=True)
     (periodic,) = glob.glob(str(tmp_path / "runs" / "**" / "*step=1.ckpt"), recursive=True)
@@ -121,7 +125,7 @@ def test_sigterm_during_the_evaluation_before_training_stops_at_once(tmp_path):
     run = _Run(tmp_path, "--config", config, "--trainer.max_steps=2")
     code, elapsed = run.sigterm_when_cued()
     assert code == 128 + signal.SIGTERM, run.output[-4000:]
-    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
+    assert elapsed < STOP_WITHIN_S, f"took {elapsed:.1f} s to stop"
     assert "no step had completed: run the same command again to start over" in run.output
     assert not glob.glob(str(tmp_path / "runs" / "**" / "*.ckpt"), recursive=True)
 
