@@ -159,8 +159,9 @@ def lever_lines(noise: Optional[RunNoise], history_f: Optional[float] = None) ->
     if noise is None:
         return []
     if not math.isfinite(noise.b_noise):
-        return [f"  critical batch        not measured: under 2 steps with 2+ informative groups, or the gradient signal "
-                f"|G|^2 summed to <= 0 over {noise.steps} steps (noise dominates: far below the critical batch)"]
+        why = ("no step trained on 2 or more informative groups" if noise.steps < 2 else
+               f"the gradient signal |G|^2 summed to <= 0 over {noise.steps} steps (noise dominates: far below the critical batch)")
+        return [f"  critical batch        not measured: {why}"]
     se = f" +- {noise.b_noise_se:.1f}" if math.isfinite(noise.b_noise_se) else ""
     preds = lever_predictions(noise, history_f)
     return [

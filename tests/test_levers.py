@@ -56,4 +56,4 @@ def test_run_noise_from_metrics_rows_and_the_summary_lines():
     assert "GRPO at half the prompt batch" in lines[1] and lines[2].startswith("  lever verdict")
     assert run_noise([{"step": 0, "val/pass@1": 0.1}]) is None and lever_lines(None) == []
     unmeasured = lever_lines(run_noise(rows[:1]))
-    assert len(unmeasured) == 1 and "not measured" in unmeasured[0]
+    assert len(unmeasured) == 1 and "no step trained on 2 or more informative groups" in unmeasured[0]
