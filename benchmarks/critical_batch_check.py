@@ -32,7 +32,7 @@ from lit_rlvr.update.noise_scale import ADAM_WARMUP_STEPS, run_noise_scale  # no
 METRIC = "heldout_prompts/pass@1"
 REFILL = ("dynamic_sampling", "greso")
 PRESELECT = ("mopps", "dps", "leeps")
-HALF = {"grpo+b4": 2}
+HALF = {"grpo+b4": 2, "grpo+b2": 4}  # GRPO at 1/k of the prompt batch (B = 8)
 NOT_MODELLED = ("vigor", "sara", "sara_dps", "pods", "arrol", "oc_grpo")
 
 
