@@ -9,6 +9,7 @@ the trainer's. ``help_command`` is the command an error names for an option unde
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Optional, Sequence
 
 import yaml
@@ -19,8 +20,6 @@ DEFAULTS = {"model": "lit_rlvr.module.GRPOModule", "data": "lit_rlvr.data.Prompt
 
 def classes_in_use(args: Sequence[str]) -> dict[str, str]:
     """``{"model": class_path, "data": class_path}`` picked by ``args``: the last ``--config`` file or flag that names one."""
-    from lit_rlvr.config_checks import config_files
-
     found = dict(DEFAULTS)
     for path in config_files(args):
         try:
@@ -54,7 +53,6 @@ def _class_options(key: str, class_path: str) -> str:
     """The argument groups jsonargparse prints for ``--{key}.help class_path``, as ``--{key}.<option>`` flags."""
     from jsonargparse import ArgumentParser
 
-    from lit_rlvr.config_checks import resolve_class_path
 
     cls = resolve_class_path(class_path)
     if cls is None:
@@ -83,3 +81,28 @@ def with_class_options(help_text: str, args: Sequence[str], prog: str = "lit-rlv
 def wants_help(args: Any) -> bool:
     """Whether a command line asks for the fit help (``-h``/``--help``)."""
     return isinstance(args, (list, tuple)) and any(a in ("-h", "--help") for a in map(str, args))
+
+
+def config_files(args: Sequence[Any]) -> list[str]:
+    """The ``--config``/``-c`` files of a command line, in order.
+
+    Read from the arguments, not the parsed config: omegaconf+ parsing drops its ``config``
+    entry whenever an interpolation (as in every shipped logger) is resolved.
+    """
+    out: list[str] = []
+    it = iter(str(a) for a in args)
+    for arg in it:
+        if arg in ("--config", "-c"):
+            out += [v for v in [next(it, None)] if v]
+        elif arg.startswith("--config="):
+            out.append(arg.split("=", 1)[1])
+    return out
+
+
+def resolve_class_path(class_path: str) -> Any:
+    """The class a ``class_path`` names, None when it does not import."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None

@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import yaml
 
-from lit_rlvr.cli_help import help_command
+from lit_rlvr.cli_help import config_files, help_command, resolve_class_path  # noqa: F401 (read from here too)
 
 __all__ = [
     "check_model_parallel", "check_run_is_bounded", "config_files", "init_error_message", "method_config_notices",
@@ -87,15 +87,6 @@ def _class_paths(node: Any, key: str = "") -> Iterator[tuple[str, str]]:
             yield from _class_paths(v, f"{key}[{i}]")
 
 
-def resolve_class_path(class_path: str) -> Any:
-    """The class a ``class_path`` names, None when it does not import."""
-    module, _, name = class_path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return None
-
-
 # --------------------------------------------------------------------------- max_steps
 def check_run_is_bounded(trainer: dict[str, Any]) -> Optional[str]:
     """An error message when nothing in ``trainer`` ends a fit on the infinite training stream, else None."""
@@ -112,22 +103,6 @@ def check_run_is_bounded(trainer: dict[str, Any]) -> Optional[str]:
 
 
 # --------------------------------------------------------------------------- method configs
-def config_files(args: Sequence[Any]) -> list[str]:
-    """The ``--config``/``-c`` files of a command line, in order.
-
-    Read from the arguments, not the parsed config: omegaconf+ parsing drops its ``config``
-    entry whenever an interpolation (as in every shipped logger) is resolved.
-    """
-    out: list[str] = []
-    it = iter(str(a) for a in args)
-    for arg in it:
-        if arg in ("--config", "-c"):
-            out += [v for v in [next(it, None)] if v]
-        elif arg.startswith("--config="):
-            out.append(arg.split("=", 1)[1])
-    return out
-
-
 def method_config_notices(config_files: Sequence[Any]) -> tuple[list[str], Optional[str]]:
     """``(notices, error)`` for ``--config`` files whose ``trainer.callbacks`` replace an earlier file's.
 

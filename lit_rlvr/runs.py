@@ -97,7 +97,7 @@ def _get(node: Any, *keys: str) -> Any:
 def _selectors_in_config(config: Any) -> list[str]:
     """Class names of the selection callbacks under ``trainer.callbacks`` of a config dict."""
     from lit_rlvr.selection import SelectionCallback
-    from lit_rlvr.config_checks import resolve_class_path
+    from lit_rlvr.cli_help import resolve_class_path
 
     callbacks = _get(config, "trainer", "callbacks") or []
     callbacks = callbacks if isinstance(callbacks, list) else [callbacks]

@@ -92,7 +92,7 @@ def test_the_end_of_fit_summary_names_the_run_and_its_files(fit_and_resume):
     assert re.search(r"held-out accuracy\s+before\s+after 4 steps", summary)
     assert re.search(r"val/pass@1\s+\d\.\d{3}\s+\d\.\d{3}", summary)
     assert re.search(r"val/mean@2\s+\d\.\d{3}\s+\d\.\d{3}", summary)
-    assert "64 generated, " in summary and " in the gradient" in summary  # 4 steps x 4 prompts x G = 4
+    assert "64 generated, " in summary and "(in the gradient" in summary  # 4 steps x 4 prompts x G = 4
     for path in [f"{v0}/metrics.csv", "runs/tiny/tensorboard/version_0", f"{v0}/checkpoints/last.ckpt",
                  "runs/tiny/policy", f"{v0}/reward.png"]:
         assert path in summary, path
