@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 
 from lit_rlvr.update.noise_scale import run_noise_scale
 
-__all__ = ["LeverPrediction", "RunNoise", "lever_lines", "lever_predictions", "lever_verdict", "run_noise", "smaller_batch",
+__all__ = ["LeverPrediction", "RunNoise", "lever_lines", "lever_predictions", "lever_verdict", "lever_page_section", "run_noise", "smaller_batch",
            "refill", "preselect"]
 
 Z95 = 1.96
@@ -171,3 +171,24 @@ def lever_lines(noise: Optional[RunNoise], history_f: Optional[float] = None) ->
         "  levers (predicted)    " + "; ".join(p.describe() for p in preds),
         f"  lever verdict         {lever_verdict(preds)}",
     ]
+
+
+def lever_page_section(rows: Sequence[dict[str, float]], history_f: Optional[float] = None) -> list[str]:
+    """The selection report page's section on the critical batch and each lever's predicted saving (``lit_rlvr.levers``)."""
+    noise = run_noise(rows)
+    head = ["## Which lever pays: the critical-batch model", ""]
+    if noise is None:
+        return head + ["n/a: this run's metrics have no noise-scale columns (model.noise_scale.enabled was off).", ""]
+    if not math.isfinite(noise.b_noise):
+        return head + [f"Not measured: the gradient signal |G|^2 did not sum above 0 over {noise.steps} steps with 2+ "
+                       "informative groups (noise dominates: the batch is far below the critical batch).", ""]
+    preds = lever_predictions(noise, history_f)
+    lines = head + [
+        f"B_noise = {noise.b_noise:.2f} +- {noise.b_noise_se:.2f} informative groups (jackknife over {noise.steps} steps; "
+        f"{noise.b_noise_all:.2f} in all groups; {noise.b_noise_adam:.2f} Adam-preconditioned). This run trained on "
+        f"{noise.informative_per_step:.2f} informative groups per step, f = {noise.share:.3f}: x = {noise.x:.3f}.", "",
+        "| lever | predicted rollouts to this run's accuracy, x this run's | 95% interval | call |", "|---|---:|---:|---|",
+    ]
+    lines += [f"| {p.lever} | {p.ratio:.2f} | {p.low:.2f}-{p.high:.2f} | {p.call} |" for p in preds]
+    return lines + ["", f"**Verdict.** {lever_verdict(preds)}", "",
+                    "Formulas and what the interval leaves out: docs/noise_scale.md in the lit-rlvr repository.", ""]

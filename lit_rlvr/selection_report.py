@@ -394,6 +394,8 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     groups = folder / FILE_NAME
     if not groups.is_file():
         raise FileNotFoundError(f"no {FILE_NAME} in {folder}: runs of lit-rlvr fit keep it there (GroupRecorder)")
+    from lit_rlvr.levers import lever_page_section
+
     rows = read_run(metrics)
     s, oracle = selection_stats(read_groups(groups)), oracle_ratio(rows)
     png = _plot(s, rows, folder / REPORT_PNG)
@@ -425,7 +427,7 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
         "with reward variance): an oracle that never generated zero-variance groups makes the same updates, since "
         "those groups have zero advantage, up to the loss normaliser (their rows count in a token-mean's "
         "denominator) and the KL term.", "",
-        *_lever_section(rows, s),
+        *lever_page_section(rows, s.history_share),
         "## Shares-based verdict (context)", "", verdict(s), "",
         f"Thresholds (lit_rlvr.selection_report): MIN_ZERO_VARIANCE_SHARE = {MIN_ZERO_VARIANCE_SHARE}, "
         f"MIN_VARIANCE_SHARE = {MIN_VARIANCE_SHARE}, PERSISTENCE = {PERSISTENCE}, MIN_REVISITS = {MIN_REVISITS}.", "",
@@ -434,29 +436,6 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     md = folder / REPORT_MD
     md.write_text("\n".join(lines), encoding="utf-8")
     return md, png
-
-
-def _lever_section(rows: list[Row], s: SelectionStats) -> list[str]:
-    """The page's section on the critical batch and each lever's predicted saving (``lit_rlvr.levers``)."""
-    from lit_rlvr.levers import lever_predictions, lever_verdict, run_noise
-
-    noise = run_noise(rows)
-    head = ["## Which lever pays: the critical-batch model", ""]
-    if noise is None:
-        return head + ["n/a: this run's metrics have no noise-scale columns (model.noise_scale.enabled was off).", ""]
-    if not math.isfinite(noise.b_noise):
-        return head + [f"Not measured: the gradient signal |G|^2 did not sum above 0 over {noise.steps} steps with 2+ "
-                       "informative groups (noise dominates: the batch is far below the critical batch).", ""]
-    preds = lever_predictions(noise, s.history_share)
-    lines = head + [
-        f"B_noise = {noise.b_noise:.2f} +- {noise.b_noise_se:.2f} informative groups (jackknife over {noise.steps} steps; "
-        f"{noise.b_noise_all:.2f} in all groups; {noise.b_noise_adam:.2f} Adam-preconditioned). This run trained on "
-        f"{noise.informative_per_step:.2f} informative groups per step, f = {noise.share:.3f}: x = {noise.x:.3f}.", "",
-        "| lever | predicted rollouts to this run's accuracy, x this run's | 95% interval | call |", "|---|---:|---:|---|",
-    ]
-    lines += [f"| {p.lever} | {p.ratio:.2f} | {p.low:.2f}-{p.high:.2f} | {p.call} |" for p in preds]
-    return lines + ["", f"**Verdict.** {lever_verdict(preds)}", "",
-                    "Formulas and what the interval leaves out: docs/noise_scale.md in the lit-rlvr repository.", ""]
 
 
 def which_run(run: str | Path, version: Optional[int] = None) -> str:
