@@ -45,6 +45,11 @@ Decisions this implementation makes (documented, each a constructor argument whe
   which sizes round 0 too with ``DynamicSampling(adaptive_first_round=True)``. Both are
   optional methods of the selection contract (``PromptSelector.filter_pool``,
   ``SelectionCallback.expected_effective_ratio``), which GRESO overrides.
+* **Skipping without refill.** GRESO alone (no ``DynamicSampling``) skips from the pool of
+  ``data.pool_multiple`` × B prompts and the default allocator rolls out the first B
+  survivors, G each: pre-rollout selection at a fixed rollout budget per step (fewer groups
+  only when fewer than B prompts of the pool survive). The paper always refills; this
+  composition is the lever the critical-batch model calls pre-selection (docs/benchmarks.md).
 
 State (``state_dict``): z_easy, z_hard and last_step per prompt id (flat ``PromptTable``
 columns), p_easy, p_hard, epoch and the last step's zero-variance ratio.
