@@ -28,6 +28,7 @@ min(π_old/μ, ``importance_cap``) against the log-probs it was sampled with.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence
 
 import lightning.pytorch as pl
@@ -162,11 +163,11 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
     @override
     def plan(self, state: RolloutState) -> torch.Tensor:
         if state.round == 0:
-            skipped = self._skipped  # this step's, counted by select_prompts
+            counted = self._skipped, self._flushed_epoch  # this step's, counted by select_prompts
             self._reset_step()
-            self._skipped = skipped
+            self._skipped, self._flushed_epoch = counted
             pilots = state.pool.eligible()
-            self._pilot_count = len(pilots)
+            self._pilot_count = math.ceil(len(state.pool) / state.pool.context.world_size)  # this rank's share of a pool
         else:  # the loop calls plan after every round, so every pilot is classified here
             self._classify(state, self._last_pilots)
             self._last_pilots = []
@@ -220,8 +221,7 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         step = batch.context.step
         admitted = []
-        for entry in [e for e in self.buffer.entries.values() if e.pool_index >= 0]:
-            self.buffer.pop(entry.prompt_id)
+        for entry in [e for e in self.buffer.entries.values() if e.pool_index >= 0]:  # stored in place
             entry.payload, entry.pool_index = _payload(batch, entry.pool_index), -1
             admitted.append(entry)
         counts, staleness = self._step_counts(batch), [step - e.step for e in self._committed.values()]
@@ -229,10 +229,11 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
                                          "counts": counts, "bands": self._bands, "staleness": staleness,
                                          "committed_prompts": len(self._committed), "skipped": self._skipped,
                                          "cap_hit": self._cap_hit, "pilot_prompts": len(self._pilot_round)})
-        for blob in blobs:  # rank order: every rank applies the same changes
+        rank = batch.context.rank
+        for r, blob in enumerate(blobs):  # rank order: every rank applies the same changes
             for prompt_id in blob["committed"]:
                 self.buffer.entries.pop(prompt_id, None)
-            for entry in blob["admitted"]:
+            for entry in blob["admitted"] if r != rank else ():  # this rank's are in place already
                 self.buffer.add(entry)
             for prompt_id in blob["excluded"]:
                 self.buffer.excluded.setdefault(int(prompt_id), self._epoch)
