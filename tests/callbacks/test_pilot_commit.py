@@ -300,8 +300,11 @@ def test_bad_settings_fail_at_start_naming_the_flag():
 FIT = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
        "--config", str(ROOT / "configs" / "methods" / "pilot_commit.yaml"),
        "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:mixed_difficulty_reward",
-       "--data.source.init_args.train_size=24", "--trainer.limit_val_batches=0", "--model.rollout.max_new_tokens=4",
+       "--trainer.limit_val_batches=0", "--model.rollout.max_new_tokens=4",
        "--model.evaluation.before_training=false"]
+SMALL = ["--data.source.init_args.train_size=24"]
+"""24 prompts (two pools an epoch): the resumed steps cross an epoch change, so the buffer's epoch flush and
+the exclusions are restored too. The tiny fit keeps tiny.yaml's 64, where pilots wait in the buffer across steps."""
 
 
 def _fit(workdir: Path, name: str, steps: int, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -342,11 +345,24 @@ def test_a_tiny_fit_trains_counts_pilots_as_spent_and_commits_from_its_buffer(tm
 @pytest.mark.integration
 def test_a_fit_killed_with_sigkill_resumes_with_the_same_numbers(tmp_path):
     """SIGKILL at the start of step 3 (the last checkpoint is step 2's): the resumed run logs what a straight run logs."""
-    straight = _rows(tmp_path / "straight") if _fit(tmp_path, "straight", 5) else None
-    killed = _fit(tmp_path, "killed", 5, "--trainer.callbacks+=tests.helpers.SignalAtStep",
+    straight = _rows(tmp_path / "straight") if _fit(tmp_path, "straight", 5, *SMALL) else None
+    killed = _fit(tmp_path, "killed", 5, *SMALL, "--trainer.callbacks+=tests.helpers.SignalAtStep",
                   "--trainer.callbacks.init_args.step=3", f"--trainer.callbacks.init_args.signum={int(signal.SIGKILL)}", check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     (ckpt,) = glob.glob(str(tmp_path / "killed" / "csv" / "version_*" / "checkpoints" / "last.ckpt"))
-    _fit(tmp_path, "resumed", 5, "--ckpt_path", ckpt)
+    _fit(tmp_path, "resumed", 5, *SMALL, "--ckpt_path", ckpt)
     resumed = _rows(tmp_path / "resumed")
     assert _rows(tmp_path / "killed")[:2] + resumed == straight
+
+
+@pytest.mark.integration
+def test_two_ddp_ranks_hold_the_same_buffer(tmp_path):
+    """2 processes (gloo on CPU): after every step both ranks hold the same buffer, exclusions and totals."""
+    done = _fit(tmp_path, "ddp", 4, *SMALL, "--trainer.strategy=ddp", "--trainer.devices=2",
+                "--trainer.callbacks+=tests.helpers.DumpSelectorState")
+    assert done.returncode == 0
+    rank0 = torch.load(tmp_path / "selector_dump" / "rank0.pt", weights_only=False)["states"]
+    rank1 = torch.load(tmp_path / "selector_dump" / "rank1.pt", weights_only=False)["states"]
+    (key,) = [k for k in rank0 if k.startswith("PilotCommit")]
+    assert rank0[key]["totals"]["pilot_rollouts"] > 0
+    assert repr(rank0[key]) == repr(rank1[key])
