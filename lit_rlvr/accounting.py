@@ -6,6 +6,9 @@ Definitions (logged per step as ``rollouts/...`` and cumulatively as ``cumulativ
   zero-variance (``advantages.is_zero_variance`` over all of the group's rollouts): the
   ones that can carry signal.
 - ``in_gradient``: kept rollouts with a non-zero advantage, i.e. that move the loss.
+- carried rows (``RolloutBatch.carried``: an allocator's replay of rollouts generated at an
+  earlier step) are trained on and counted in the groups, but not in ``generated`` or
+  ``tokens/generated``: they were counted at the step that generated them.
 - ``pruned``: rollouts a pruner (ARRoL) dropped after ``detect_tokens`` tokens; they are in
   ``generated`` and the tokens they spent are in ``tokens/generated``, but not in the batch.
 - ``groups/solve_all`` / ``groups/solve_none``: rolled-out groups whose rollouts are all
@@ -72,7 +75,8 @@ def step_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, float]
     in_gradient = batch.keep & (adv != 0)
     groups_in_gradient = len(torch.unique(batch.prompt_index[in_gradient]))
     lengths = batch.completion_lengths.float()
-    generated = n + batch.discarded_rollouts  # a GroupReviser's replaced and failed rollouts count too
+    carried = batch.carried_mask  # [N] rows generated at an earlier step: counted then, not now
+    generated = n - int(carried.sum()) + batch.discarded_rollouts  # a GroupReviser's replaced and failed rollouts count too
     return {
         "rollouts/generated": float(generated),
         "rollouts/kept": float(batch.keep.sum()),
@@ -84,7 +88,7 @@ def step_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, float]
         "groups/in_gradient": float(groups_in_gradient),
         "groups/solve_all": float(solve_all),
         "groups/solve_none": float(solve_none),
-        "tokens/generated": float(lengths.sum()) + batch.discarded_tokens,
+        "tokens/generated": float((lengths[~carried] if carried.any() else lengths).sum()) + batch.discarded_tokens,
         "reward/mean": mean_or_nan(batch.rewards),
         "reward/accuracy": mean_or_nan(correct),
         "completion/length_mean": mean_or_nan(lengths),

@@ -135,7 +135,7 @@ class RolloutBatch:
     rewards: torch.Tensor
     """[N] float32 total reward of each rollout."""
     round: torch.Tensor
-    """[N] int64 generation round the rollout came from (0-based)."""
+    """[N] int64 generation round the rollout came from (0-based; −1: carried in from an earlier step)."""
     keep: torch.Tensor
     """[N] bool: rollouts that enter the gradient; pre-backward filters narrow it."""
     reward_components: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -152,9 +152,18 @@ class RolloutBatch:
     """Rollouts generated this step that are no longer rows (groups a GroupReviser replaced, its failed tries)."""
     discarded_tokens: int = 0
     """Completion tokens of ``discarded_rollouts``: generated and counted, never trained on."""
+    carried: Optional[torch.Tensor] = None
+    """Optional [N] bool: rows an allocator carried in from an earlier step (``RolloutState.carry``):
+    trained on like any row, but not generated this step, so the accounting leaves them out of
+    ``rollouts/generated`` and ``tokens/generated``. None: no row is carried."""
 
     def __len__(self) -> int:
         return len(self.completions)
+
+    @property
+    def carried_mask(self) -> torch.Tensor:
+        """[N] bool rows carried in from an earlier step (all False when ``carried`` is None)."""
+        return self.carried if self.carried is not None else torch.zeros(len(self), dtype=torch.bool)
 
     @property
     def context(self) -> StepContext:
@@ -207,10 +216,25 @@ class RolloutState:
     """Serves n fresh prompts for a refill (None: the pool is all there is)."""
     drawn: int = 0
     """Prompts drawn into the pool this step."""
+    carried: list[tuple[int, "CarriedGroup"]] = field(default_factory=list)
+    """(pool index, group) of each group carried in this step (``carry``), in carry order."""
 
     def __post_init__(self) -> None:
         if not self.rewards:
             self.rewards = [[] for _ in range(len(self.pool))]
+
+    def carry(self, group: "CarriedGroup") -> int:
+        """Append ``group``'s prompt to the pool with its earlier rollouts; returns its pool index.
+
+        The rollouts join the step's batch as rows of that prompt (``RolloutBatch.carried``), after
+        the generated ones; their rewards count in ``rewards`` from now on, so the prompt's group is
+        the carried rows plus whatever later rounds generate for it. A replay buffer (Pilot-Commit)
+        uses it to train on rollouts it generated at an earlier step.
+        """
+        (index,) = self.pool.extend(group.prompt)
+        self.rewards.append([float(r) for r in group.rewards.tolist()])
+        self.carried.append((index, group))
+        return index
 
     def draw(self, n: int) -> list[int]:
         """Append up to n fresh prompts to the pool (deterministic per step); returns their pool indices."""
@@ -253,6 +277,27 @@ class RolloutState:
         """Pool indices still eligible (``pool.keep``) and not rolled out yet, in pool order."""
         counts = self.counts
         return [i for i in self.pool.eligible() if counts[i] == 0]
+
+
+@dataclass
+class CarriedGroup:
+    """Rollouts of one prompt generated at an earlier step, carried into this step's batch (``RolloutState.carry``)."""
+
+    prompt: PromptPool
+    """The prompt, as a pool of one (its id, messages, answer, metadata, solution)."""
+    prompt_token_ids: list[int]
+    """The prompt the rollouts were generated from (rendered then)."""
+    completions: list[Completion]
+    """[n] the earlier completions, with the log-probs they were sampled with (``Completion.logprobs``)."""
+    rewards: torch.Tensor
+    """[n] float32 total rewards they were scored with."""
+    components: dict[str, torch.Tensor] = field(default_factory=dict)
+    """name -> [n] float32 per-reward-function scores."""
+    step: int = 0
+    """The training step they were generated at."""
+
+    def __len__(self) -> int:
+        return len(self.completions)
 
 
 @dataclass

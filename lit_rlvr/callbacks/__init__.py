@@ -1,6 +1,6 @@
 """Selection methods as Lightning callbacks (configure under ``trainer.callbacks`` by class path).
 
-Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA.
+Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA, PilotCommit.
 During rollout: ARRoL (a pruner). Pre-backward: DynamicSampling (zero-variance drop), PODS.
 After reward (revise) and loss weights: OCGRPO, OCGRPOFixed. The contract is ``lit_rlvr.selection``
 (re-exported here and by ``base``, so old imports and class paths keep working), its helpers
@@ -35,6 +35,7 @@ from lit_rlvr.callbacks.mopps import MoPPS
 from lit_rlvr.callbacks.oc_fixed import OCGRPOFixed
 from lit_rlvr.callbacks.oc_grpo import OCGRPO
 from lit_rlvr.callbacks.pods import PODS
+from lit_rlvr.callbacks.pilot_commit import PilotCommit
 from lit_rlvr.callbacks.sara import SARA
 from lit_rlvr.callbacks.vigor import VIGOR
 

@@ -60,6 +60,8 @@ class _Rows:
     """One [n] float32 tensor of total rewards per round."""
     components: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     """name -> one [n] float32 tensor per round."""
+    carried: list[bool] = field(default_factory=list)
+    """[N] (or shorter: the rest False) rows carried in from an earlier step (``add_carried``)."""
 
     def add(self, state: RolloutState, new: Round) -> None:
         """Append one round's rows, and their rewards to the allocator's ``state``."""
@@ -73,8 +75,24 @@ class _Rows:
         for name, values in result.components.items():
             self.components.setdefault(name, []).append(values.float())
 
+    def add_carried(self, state: RolloutState) -> None:
+        """Append the groups an allocator carried in from earlier steps (``RolloutState.carry``), after the
+        generated rows, with round −1 (their rewards are in ``state`` already)."""
+        for p, group in state.carried:
+            self.carried += [False] * (len(self.completions) - len(self.carried)) + [True] * len(group)
+            self.prompt_tokens.setdefault(p, list(group.prompt_token_ids))
+            self.prompt += [p] * len(group)
+            self.round += [-1] * len(group)
+            self.completions += list(group.completions)
+            self.rewards.append(group.rewards.float())
+            for name, values in group.components.items():
+                self.components.setdefault(name, []).append(values.float())
+
     def batch(self, pool: PromptPool) -> RolloutBatch:
         """Every row as the step's ``RolloutBatch`` (all kept; N may be 0)."""
+        carried = None
+        if any(self.carried):
+            carried = torch.tensor(self.carried + [False] * (len(self.completions) - len(self.carried)), dtype=torch.bool)
         return RolloutBatch(
             pool=pool,
             prompt_index=torch.tensor(self.prompt, dtype=torch.long),
@@ -84,6 +102,7 @@ class _Rows:
             round=torch.tensor(self.round, dtype=torch.long),
             keep=torch.ones(len(self.completions), dtype=torch.bool),
             reward_components={k: torch.cat(v) for k, v in self.components.items()},
+            carried=carried,
         )
 
 
@@ -143,6 +162,7 @@ class RolloutLoop:
             rows.add(state, new)
             state.round += 1
         self._join_other_ranks(any_rank, pruner, state)
+        rows.add_carried(state)
         stats.rounds = state.round
         stats.extra["prompts_drawn"] = float(state.drawn)
         return rows.batch(pool), stats

@@ -1,0 +1,146 @@
+"""Pilot-Commit's band rule, replay buffer and importance weight, with no trainer (docs/pilot_commit.md).
+
+Follows the released code (databricks/pilot-commit, Apache-2.0, commit 6def20e):
+
+* ``band_of``: ``RayPCTrainer.filter_batch`` (recipe/pc/pc_ray_trainer.py lines 312-319): a pilot
+  with mean accuracy in [low, high] passes, above ``high`` it is too easy, below ``low`` too hard.
+* ``pilot_stats``: the per-prompt mean and population standard deviation of the pilot's
+  correctness (recipe/pc/replay_buffer.py lines 53-62, ``np.mean`` / ``np.std``).
+* ``PilotBuffer.add``: ``ReplayBuffer.add`` (replay_buffer.py lines 46-68): keyed by prompt, a
+  prompt added again replaces its entry in place (a dict keeps the key's first position).
+* ``PilotBuffer.flush``: ``ReplayBuffer.flush`` (lines 70-87): after the step's batch is full,
+  evict every entry with ``step − entry.step > max_off_steps``.
+* ``PilotBuffer.select``: ``ReplayBuffer.sample`` with ``max_variance`` (lines 125-151 and
+  242-260): when at most ``size`` entries are available, all of them in insertion order; else
+  sorted by (pilot std, step) descending, stable, the first ``size``.
+* ``truncated_importance_weights``: not in the released code (it recomputes π_old for every row,
+  pc_ray_trainer.py lines 718-728, so a stale pilot is trained as if on-policy); an option here.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from lit_rlvr.selection_toolkit import gather_rows, require_keys
+
+KEEP, TOO_EASY, TOO_HARD = "keep", "too_correct", "too_incorrect"
+
+
+def pilot_stats(correct: Sequence[float]) -> tuple[float, float]:
+    """(mean, population std) of a pilot's [n] 0/1 correctness, as ``np.mean`` / ``np.std`` give them."""
+    values = np.asarray(correct, dtype=np.float64)
+    return float(np.mean(values)), float(np.std(values))
+
+
+def band_of(mean: float, low: float, high: float) -> str:
+    """``KEEP`` for low <= mean <= high, ``TOO_EASY`` above high, ``TOO_HARD`` below low."""
+    if low <= mean <= high:
+        return KEEP
+    return TOO_EASY if mean > high else TOO_HARD
+
+
+@dataclass
+class BufferEntry:
+    """One piloted prompt waiting for its commit."""
+
+    prompt_id: int
+    step: int
+    """Training step its pilot was generated at."""
+    epoch: int
+    """Data epoch of that step (entries of an earlier epoch are dropped: the released code flushes at epoch end)."""
+    mean: float
+    std: float
+    count: int
+    owner: int = 0
+    """Rank that piloted it: only that rank commits it (every rank holds every entry)."""
+    pool_index: int = -1
+    """>= 0 while its pilot rows are rows of the current step (not stored yet); −1 once stored."""
+    payload: Optional[dict[str, Any]] = None
+    """The stored pilot: ``prompt`` (id, messages, answer, metadata, solution), ``prompt_token_ids``,
+    ``completions`` (token ids, log-probs, finish reason, text), ``rewards``, ``components``."""
+
+
+@dataclass
+class PilotBuffer:
+    """Prompts whose pilot passed the band, by prompt id in insertion order, and the prompts excluded from later epochs."""
+
+    entries: dict[int, BufferEntry] = field(default_factory=dict)
+    excluded: dict[int, int] = field(default_factory=dict)
+    """prompt id -> epoch its pilot was all correct in (skipped from the next epoch on)."""
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, entry: BufferEntry) -> None:
+        self.entries[entry.prompt_id] = entry
+
+    def pop(self, prompt_id: int) -> BufferEntry:
+        return self.entries.pop(prompt_id)
+
+    def flush(self, step: int, max_off_steps: int) -> int:
+        """Evict entries with ``step − entry.step > max_off_steps``; returns how many."""
+        stale = [k for k, e in self.entries.items() if step - e.step > max_off_steps]
+        for k in stale:
+            del self.entries[k]
+        return len(stale)
+
+    def drop_epochs_before(self, epoch: int) -> int:
+        """Evict entries piloted in an epoch before ``epoch``; returns how many."""
+        old = [k for k, e in self.entries.items() if e.epoch < epoch]
+        for k in old:
+            del self.entries[k]
+        return len(old)
+
+    def select(self, size: int, owner: Optional[int] = None) -> list[int]:
+        """Prompt ids to commit: all available when at most ``size``, else the ``size`` largest (std, step)."""
+        available = [k for k, e in self.entries.items() if owner is None or e.owner == owner]
+        if size <= 0:
+            return []
+        if len(available) <= size:
+            return available
+        ranked = sorted(available, key=lambda k: (self.entries[k].std, self.entries[k].step), reverse=True)
+        return ranked[:size]
+
+    def excluded_in(self, ids: Sequence[int], epoch: int) -> list[bool]:
+        """For each prompt id: excluded in an epoch before ``epoch``."""
+        return [int(i) in self.excluded and self.excluded[int(i)] < epoch for i in ids]
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain containers only (safe under ``torch.load(weights_only=True)``)."""
+        return {
+            "entries": [asdict(e) for e in self.entries.values()],
+            "excluded_ids": torch.tensor(list(self.excluded), dtype=torch.long),
+            "excluded_epochs": torch.tensor(list(self.excluded.values()), dtype=torch.long),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], owner: str = "PilotBuffer") -> None:
+        require_keys(owner, state, ["entries", "excluded_ids", "excluded_epochs"])
+        self.entries = {int(e["prompt_id"]): BufferEntry(**e) for e in state["entries"]}
+        ids, epochs = state["excluded_ids"].tolist(), state["excluded_epochs"].tolist()
+        self.excluded = {int(i): int(e) for i, e in zip(ids, epochs)}
+
+
+def truncated_importance_weights(current: torch.Tensor, behaviour: torch.Tensor, cap: float) -> torch.Tensor:
+    """[L] min(π_old(y_t) / μ(y_t), cap) from [L] log-probs under the current policy and the sampling one."""
+    return torch.exp(current.double() - behaviour.double()).clamp(max=cap).float()
+
+
+def gather_objects(trainer: Any, obj: Any) -> list[Any]:
+    """``obj`` from every rank, in rank order (pickled through ``gather_rows``); one process: ``[obj]``."""
+    data = pickle.dumps(obj)
+    blob = bytearray(len(data).to_bytes(8, "little") + data)
+    rows = torch.frombuffer(blob, dtype=torch.uint8).view(-1, 1)
+    raw = gather_rows(trainer, rows).view(-1).numpy().tobytes()
+    out, i = [], 0
+    while i < len(raw):
+        n = int.from_bytes(raw[i : i + 8], "little")
+        out.append(pickle.loads(raw[i + 8 : i + 8 + n]))  # this run's own ranks' bytes
+        i += 8 + n
+    return out
