@@ -55,7 +55,7 @@ class AdaptiveBatch(SelectionCallback):
     metric_prefix = "batch/"
     metric_names = ("prompts", "b_noise", "share", "multiple", "target", "beta2", "fixed_cost_s", "rollout_cost_s")
     state_names = ("prompts", "base_prompts", "base_beta2", "steps_seen", "changes", "reason", "share_num", "share_den",
-                   "share_count", "fixed_ema", "roll_ema", "cost_count", "last_target", "last_multiple")
+                   "share_count", "fixed_ema", "roll_ema", "cost_count", "last_target", "last_multiple", "last_b_noise")
 
     def __init__(
         self,
@@ -99,6 +99,7 @@ class AdaptiveBatch(SelectionCallback):
         self.cost_count = 0
         self.last_target = math.nan
         self.last_multiple = math.nan
+        self.last_b_noise = math.nan
         self._t0 = 0.0
         self._refills = False
 
@@ -125,6 +126,10 @@ class AdaptiveBatch(SelectionCallback):
         if meter is None or not meter.settings.enabled:
             raise ValueError("AdaptiveBatch steers by the gradient noise scale, which is off: set model.noise_scale.enabled=true "
                              "or remove AdaptiveBatch from trainer.callbacks")
+        unmeasured = meter.unsupported(pl_module.policy)
+        if unmeasured:
+            raise ValueError(f"AdaptiveBatch steers by the gradient noise scale, which this run cannot measure ({unmeasured}): "
+                             f"remove AdaptiveBatch from trainer.callbacks")
         world = int(trainer.world_size)
         if self.max_prompts < world:
             raise ValueError(f"AdaptiveBatch: max_prompts={self.max_prompts} is below the {world} ranks; every rank needs a prompt. "
@@ -172,7 +177,7 @@ class AdaptiveBatch(SelectionCallback):
         decision = self._decide(pl_module, int(trainer.world_size)) if trainer.global_rank == 0 else None
         if trainer.world_size > 1:  # rank 0's timings decide; every rank applies the same numbers
             decision = trainer.strategy.broadcast(decision, src=0)
-        nxt, self.reason, self.last_target, self.last_multiple, self.fixed_ema, self.roll_ema, self.cost_count = decision
+        nxt, self.reason, self.last_target, self.last_multiple, self.last_b_noise, self.fixed_ema, self.roll_ema, self.cost_count = decision
         self.steps_seen += 1
         self._apply(trainer, pl_module, int(nxt), int(pl_module.steps_done))
 
@@ -207,15 +212,15 @@ class AdaptiveBatch(SelectionCallback):
         roll = self.rollout_cost_s if self.rollout_cost_s is not None else self.roll_ema / corr
         return float(fixed), float(roll)
 
-    def _decide(self, pl_module: SelectionHost, world: int) -> tuple[int, int, float, float, float, float, int]:
-        """(next prompts, reason, target prompts, k*, and the cost averages to share with the other ranks)."""
+    def _decide(self, pl_module: SelectionHost, world: int) -> tuple[int, int, float, float, float, float, float, int]:
+        """(next prompts, reason, target prompts, k*, N, and the cost averages to share with the other ranks)."""
         costs = (self.fixed_ema, self.roll_ema, self.cost_count)
         if self.steps_seen + 1 < self.warmup_steps:
-            return (self.prompts, 1, math.nan, math.nan, *costs)
+            return (self.prompts, 1, math.nan, math.nan, math.nan, *costs)
         b_noise, f = self._b_noise(pl_module), self.share
         measured = any(math.isfinite(r.get("g2_informative", math.nan)) for r in pl_module.updater.noise.tracker.history)
         if not measured or not (f > 0):  # no step had 2+ informative groups yet, or none is informative
-            return (self.prompts, 2, math.nan, math.nan, *costs)
+            return (self.prompts, 2, math.nan, math.nan, math.nan, *costs)
         if not math.isfinite(b_noise):  # |G|² averaged to <= 0: the signal is below the noise, the batch far below N
             target, k, reason = math.inf, math.nan, 3
         else:
@@ -225,7 +230,7 @@ class AdaptiveBatch(SelectionCallback):
             target, reason = (informative if self._refills else informative / f), 4
         nxt = next_prompts(self.prompts, target, min_prompts=self.min_prompts, max_prompts=self.max_prompts,
                            max_change=self.max_change, world_size=world)
-        return (nxt, reason, float(target), float(k), *costs)
+        return (nxt, reason, float(target), float(k), float(b_noise), *costs)
 
     def _apply(self, trainer: pl.Trainer, pl_module: SelectionHost, prompts: int, next_pool: int) -> None:
         """The data module's next pools and Adam's β₂ follow the new batch (no change: nothing is touched)."""
@@ -246,10 +251,11 @@ class AdaptiveBatch(SelectionCallback):
                }.get(_REASONS[self.reason])
         if why is None:
             c_fixed, c_roll = self._cost()
-            why = (f"aimed at {_fmt(self.last_target)} prompts = {self.last_multiple:.2f} x the noise scale "
-                   f"{_fmt(self.last_target * self.share / self.last_multiple if not self._refills else self.last_target / self.last_multiple)} "
-                   f"informative groups{'' if self._refills else f' / f = {self.share:.2f}'}, the multiple that minimises "
-                   f"seconds at {c_fixed:.2f} s fixed per step and {c_roll * 1e3:.1f} ms per rollout")
+            how = "the configured multiple" if self.multiple is not None else (
+                f"the multiple that minimises seconds at {c_fixed:.2f} s fixed per step and {c_roll * 1e3:.1f} ms per rollout")
+            why = (f"aimed at {_fmt(self.last_target)} {'informative groups (refill target)' if self._refills else 'prompts'} = "
+                   f"{self.last_multiple:.2f} x the noise scale {_fmt(self.last_b_noise)} informative groups"
+                   f"{'' if self._refills else f' / f = {self.share:.2f}'}, {how}")
         return (f"  batch controller      settled on {self.prompts} prompts/step (started at {self.base_prompts}, "
                 f"{self.changes} changes): {why}")
 
