@@ -195,6 +195,8 @@ class AdaptiveBatch(SelectionCallback):
     def _measure_costs(self, trainer: pl.Trainer) -> None:
         """c_roll: generation, reward and update seconds over the step's rollouts (all ranks' rollouts, the ranks
         work side by side); c_fixed: the rest of the step's wall time. Moving averages, bias-corrected on read."""
+        if self.fixed_cost_s is not None and self.rollout_cost_s is not None:
+            return  # both configured: nothing timed, so the state (and a resume) depends on the run's numbers only
         m = trainer.callback_metrics
         wall = time.perf_counter() - self._t0
         per_rollout = sum(float(m.get(k, 0.0)) for k in ("time/rollout_s", "time/reward_s", "time/update_s"))
