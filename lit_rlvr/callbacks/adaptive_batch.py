@@ -24,6 +24,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
+from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.callbacks.batch_rule import beta2_for, next_prompts, optimal_multiple
 from lit_rlvr.selection import RolloutAllocator, SelectionCallback
 from lit_rlvr.selection_host import SelectionHost
@@ -160,7 +161,7 @@ class AdaptiveBatch(SelectionCallback):
         informative = 0
         for p in groups.tolist():
             r = batch.rewards[batch.prompt_index == p]
-            informative += int(len(r) > 1 and float(r.max() - r.min()) > 0)
+            informative += int(len(r) > 1 and float(r.max() - r.min()) > REWARD_TOL)  # a group with reward variance
         counts = torch.tensor([float(informative), float(len(groups)), float(len(batch))], dtype=torch.float64)
         if trainer.world_size > 1:
             counts = trainer.strategy.reduce(counts.to(pl_module.device), reduce_op="sum").cpu()
@@ -277,11 +278,12 @@ def _param_groups(pl_module: SelectionHost) -> list[dict[str, Any]]:
 
 
 def _incompatible(selector: SelectionCallback) -> Optional[str]:
-    """Why ``selector`` cannot follow a changing batch (None: it can)."""
-    from lit_rlvr.callbacks.sara import SARA
-
-    if isinstance(selector, SARA) and selector.budget is not None:
-        return (f"SARA's budget is fixed at {selector.budget} rollouts per step, so a larger batch could not be rolled out "
-                f"and a smaller one would be refilled back; set SARA's budget: null (B·G, it then follows the batch) "
+    """Why ``selector`` cannot follow a changing batch (None: it can): an allocator with a fixed rollout
+    ``budget`` per step (SARA's ``budget``) would refill a smaller batch back and cut a larger one short."""
+    budget = getattr(selector, "budget", None) if isinstance(selector, RolloutAllocator) else None
+    if budget is not None:
+        name = type(selector).__name__
+        return (f"{name}'s budget is fixed at {budget} rollouts per step, so a larger batch could not be rolled out "
+                f"and a smaller one would be refilled back; set {name}'s budget: null (B·G, it then follows the batch) "
                 f"or remove AdaptiveBatch")
     return None
