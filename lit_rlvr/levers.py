@@ -59,6 +59,9 @@ class RunNoise:
     steps: int
     b_noise_all: float = math.nan
     b_noise_adam: float = math.nan
+    batches: tuple[float, ...] = ()
+    """The prompt batches a batch controller (``AdaptiveBatch``, ``batch/prompts``) realised, step by step; empty
+    when the batch was fixed. When it varied, ``informative_per_step`` is that of the steps at the last batch."""
 
     @property
     def x(self) -> float:
@@ -83,10 +86,18 @@ def run_noise(rows: Sequence[dict[str, float]]) -> Optional[RunNoise]:
     steps = [h for h in history if math.isfinite(h.get("g2_informative", math.nan))]
     inf = sum(h["units_informative"] for h in history)
     groups = sum(h["units_all"] for h in history)
+    per_step = inf / len(history)
+    batches = tuple(float(r["batch/prompts"]) for r in rows
+                    if "noise/units_all" in r and math.isfinite(float(r["noise/units_all"])) and "batch/prompts" in r)
+    if len(batches) == len(history) and len(set(batches)) > 1:  # the controller's realised batches: x at the settled one
+        settled = [h["units_informative"] for h, p in zip(history, batches) if p == batches[-1]]
+        per_step = sum(settled) / len(settled)
+    else:
+        batches = ()
     return RunNoise(
-        b_noise=b, b_noise_se=se, informative_per_step=inf / len(history), share=inf / groups if groups else math.nan,
+        b_noise=b, b_noise_se=se, informative_per_step=per_step, share=inf / groups if groups else math.nan,
         steps=len(steps), b_noise_all=run_noise_scale(history, "all")[0],
-        b_noise_adam=run_noise_scale(history, "informative_adam")[0],
+        b_noise_adam=run_noise_scale(history, "informative_adam")[0], batches=batches,
     )
 
 
@@ -150,6 +161,14 @@ def lever_verdict(preds: Sequence[LeverPrediction]) -> str:
     return "No lever is predicted to pay: every one would need more rollouts than this run to reach its accuracy."
 
 
+def _batches_note(noise: RunNoise) -> str:
+    """Where a batch controller varied the batch: which batches, and that x is at the one it settled on."""
+    if not noise.batches:
+        return ""
+    return (f" at the batch it settled on ({noise.batches[-1]:.0f} prompts; the controller's realised batches ranged "
+            f"{min(noise.batches):.0f}-{max(noise.batches):.0f}, so the levers are relative to {noise.batches[-1]:.0f} prompts)")
+
+
 def _num(x: float) -> str:
     return f"{x:.1f}" if math.isfinite(x) else "n/a"
 
@@ -167,7 +186,8 @@ def lever_lines(noise: Optional[RunNoise], history_f: Optional[float] = None) ->
     return [
         f"  critical batch        B_noise {noise.b_noise:.1f}{se} informative groups ({_num(noise.b_noise_all)} in all groups, "
         f"{_num(noise.b_noise_adam)} Adam-preconditioned) over {noise.steps} steps; this run trained on "
-        f"{noise.informative_per_step:.1f} informative groups per step (f = {noise.share:.2f}): x = {noise.x:.2f}",
+        f"{noise.informative_per_step:.1f} informative groups per step (f = {noise.share:.2f}): x = {noise.x:.2f}"
+        + _batches_note(noise),
         "  levers (predicted)    " + "; ".join(p.describe() for p in preds),
         f"  lever verdict         {lever_verdict(preds)}",
     ]

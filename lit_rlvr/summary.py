@@ -138,6 +138,7 @@ class RunSummary(pl.Callback):
             )
             if totals.reward_errors or totals.reward_timeouts:
                 out.append(f"  reward failures       {totals.reward_errors} errors, {totals.reward_timeouts} timeouts (scored 0)")
+        out += [cb.summary_line() for cb in getattr(trainer, "callbacks", []) if callable(getattr(cb, "summary_line", None))]  # AdaptiveBatch
         for i, logger in enumerate(trainer.loggers):
             where = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else logger.log_dir
             if where and (not isinstance(logger, CSVLogger) or Path(where).is_file()):

@@ -57,3 +57,18 @@ def test_run_noise_from_metrics_rows_and_the_summary_lines():
     assert run_noise([{"step": 0, "val/pass@1": 0.1}]) is None and lever_lines(None) == []
     unmeasured = lever_lines(run_noise(rows[:1]))
     assert len(unmeasured) == 1 and "no step trained on 2 or more informative groups" in unmeasured[0]
+
+
+def test_a_batch_controllers_realised_batches_set_x_at_the_batch_it_settled_on():
+    rows = []
+    for step, (prompts, informative) in enumerate([(8, 4.0), (8, 4.0), (6, 3.0), (4, 2.0), (4, 2.0)]):
+        rows.append({"step": step, "batch/prompts": float(prompts), "noise/units_all": float(prompts),
+                     "noise/units_informative": informative, "noise/g2_informative": 2.0, "noise/trace_informative": 40.0,
+                     "noise/g2_all": 2.0, "noise/trace_all": 80.0, "noise/g2_informative_adam": 2.0,
+                     "noise/trace_informative_adam": 40.0})
+    noise = run_noise(rows)
+    assert noise.batches == (8.0, 8.0, 6.0, 4.0, 4.0) and noise.informative_per_step == 2.0  # the steps at 4 prompts
+    assert noise.x == pytest.approx(2.0 / 20.0) and noise.share == pytest.approx(15 / 30)
+    assert "settled on (4 prompts; the controller's realised batches ranged 4-8" in lever_lines(noise)[0]
+    fixed = run_noise([{**r, "batch/prompts": 8.0} for r in rows])  # one batch throughout: the mean, as without it
+    assert fixed.batches == () and fixed.informative_per_step == pytest.approx(15 / 5)

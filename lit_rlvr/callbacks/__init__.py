@@ -1,6 +1,7 @@
 """Selection methods as Lightning callbacks (configure under ``trainer.callbacks`` by class path).
 
-Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators: DynamicSampling, VIGOR, SARA, PilotCommit.
+Batch: AdaptiveBatch (sets each step's prompt batch). Pre-rollout: GRESO, MoPPS, DPS, LEEPS. Rollout allocators:
+DynamicSampling, VIGOR, SARA, PilotCommit.
 During rollout: ARRoL (a pruner). Pre-backward: DynamicSampling (zero-variance drop), PODS.
 After reward (revise) and loss weights: OCGRPO, OCGRPOFixed. The contract is ``lit_rlvr.selection``
 (re-exported here and by ``base``, so old imports and class paths keep working), its helpers
@@ -26,6 +27,7 @@ from lit_rlvr.selection import (
     group_observations,
     seeded_generator,
 )
+from lit_rlvr.callbacks.adaptive_batch import AdaptiveBatch
 from lit_rlvr.callbacks.arrol import ARRoL
 from lit_rlvr.callbacks.dps import DPS
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling

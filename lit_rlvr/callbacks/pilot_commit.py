@@ -66,6 +66,9 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
         importance_cap: the cap of that weight.
     """
 
+    refill = True
+    """Like a refilling allocator, it fills the batch with in-band (informative) groups over rounds: a batch
+    controller (``AdaptiveBatch``) sets its commit target to the informative batch it aims at."""
     state_names = ("buffer", "totals")
     metric_names = (
         *_COUNTS, "pilot_prompts", "passed", "too_easy", "too_hard", "committed_prompts", "committed_from_buffer",

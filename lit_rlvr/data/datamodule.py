@@ -27,6 +27,16 @@ which differ from pools as soon as a step makes several optimizer updates
 training ``DataLoader`` exposes the same pair, which tells Lightning the stream
 is resumable mid-epoch (otherwise it warns on every resume of an infinite stream).
 
+Batch changes. ``resize(batch_size, at_pool)`` (a batch controller, ``AdaptiveBatch``) makes
+pool ``at_pool`` and later ones ``ceil(pool_multiple * batch_size)`` prompts. The new pools are
+cut from the same permutation, starting where pool ``at_pool - 1`` ended (the next epoch when
+not even one new pool fits in what is left), so no id of the epoch is skipped or repeated. The
+changes are a list of segments ``(first pool, epoch, offset, batch size)``, saved with the
+position, so pool ``k`` stays a pure function of ``(seed, k, segments)`` and a resume cuts the
+same pools. Without a change there is one segment ``(0, 0, 0, B)`` and the pools are the ones
+described above. A pool the loader prefetched before a change was cut at the old size:
+``current_pool`` re-cuts it (the module calls it before the pre-rollout hooks).
+
 Ranks. Every rank receives the same pool (the stream is an ``IterableDataset``,
 so Lightning adds no ``DistributedSampler``): selectors on every rank see the
 same candidates and make the same choice; the module splits rollout work across
@@ -68,8 +78,16 @@ class _TrainPoolStream(IterableDataset):
         while True:
             ids = self.dm.pool_ids(k).tolist()
             self.dm._cursor = k + 1
-            yield [records[i] for i in ids]
+            pool = _PoolRecords(records[i] for i in ids)
+            pool.batch_size = self.dm.batch_size_at(k)
+            yield pool
             k += 1
+
+
+class _PoolRecords(list):
+    """One pool's records (a list), with the batch size of the pool index it was cut for (set by ``_gen``)."""
+
+    batch_size: Optional[int] = None
 
 
 class _TrainPoolLoader(DataLoader):
@@ -161,6 +179,8 @@ class PromptDataModule(L.LightningDataModule):
         self._val: Optional[list[PromptRecord]] = None
         self._cursor = 0  # pools yielded / restored position, used when no trainer is fitting
         self._perms: OrderedDict[int, torch.Tensor] = OrderedDict()
+        self._segments: list[tuple[int, int, int, int]] = [(0, 0, 0, self.batch_size)]
+        """(first pool, epoch, offset in its permutation, batch size) of each run of equal-sized pools."""
 
     @staticmethod
     def _check_template(template: str) -> None:
@@ -211,7 +231,7 @@ class PromptDataModule(L.LightningDataModule):
 
     @property
     def pools_per_epoch(self) -> int:
-        """Pools cut from one epoch permutation: ``N // P``."""
+        """Pools cut from one epoch permutation at the configured size: ``N // P``."""
         return self.num_train // self.pool_size
 
     # ----------------------------------------------------------- pool indexing
@@ -225,17 +245,79 @@ class PromptDataModule(L.LightningDataModule):
                 self._perms.popitem(last=False)
         return perm
 
-    def epoch_of(self, k: int) -> int:
-        """The epoch (permutation index) pool ``k`` is cut from."""
+    def _pool_size_for(self, batch_size: int) -> int:
+        # round() guards float noise: 1.1 * 10 = 11.000000000000002 must give 11, not 12
+        return math.ceil(round(self.pool_multiple * batch_size, 9))
+
+    def _locate(self, k: int) -> tuple[int, int, int]:
+        """(epoch, start offset in its permutation, pool size) of pool ``k``."""
         if k < 0:
             raise ValueError(f"pool index must be >= 0, got {k}")
-        return k // self.pools_per_epoch
+        k0, epoch0, offset0, batch = next(seg for seg in reversed(self._segments) if seg[0] <= k)
+        size = self._pool_size_for(batch)
+        per_epoch = self.num_train // size
+        first = (self.num_train - offset0) // size  # pools left in epoch0 from offset0
+        i = k - k0
+        if i < first:
+            return epoch0, offset0 + i * size, size
+        i -= first
+        return epoch0 + 1 + i // per_epoch, (i % per_epoch) * size, size
+
+    def epoch_of(self, k: int) -> int:
+        """The epoch (permutation index) pool ``k`` is cut from."""
+        return self._locate(k)[0]
 
     def pool_ids(self, k: int) -> torch.Tensor:
-        """[P] int64 train ids of pool ``k``: a pure function of ``(seed, k)``."""
-        epoch = self.epoch_of(k)
-        j = k % self.pools_per_epoch
-        return self._permutation(epoch)[j * self.pool_size : (j + 1) * self.pool_size].clone()
+        """[P] int64 train ids of pool ``k``: a pure function of ``(seed, k)`` and the batch changes."""
+        epoch, start, size = self._locate(k)
+        return self._permutation(epoch)[start : start + size].clone()
+
+    def batch_size_at(self, k: int) -> int:
+        """B of pool ``k``: the configured ``batch_size`` until a ``resize`` applies."""
+        return next(seg for seg in reversed(self._segments) if seg[0] <= k)[3]
+
+    def resize(self, batch_size: int, at_pool: int) -> None:
+        """Pools from ``at_pool`` on serve ``batch_size`` groups (``ceil(pool_multiple * batch_size)`` prompts).
+
+        They continue the epoch where pool ``at_pool - 1`` ended. ``at_pool`` must not precede the
+        last change; a change at the same pool replaces it. No-op when the size is already ``batch_size``.
+        """
+        batch_size = int(batch_size)
+        if batch_size < 1:
+            raise ValueError(f"PromptDataModule.resize: batch_size must be >= 1, got {batch_size}")
+        if self._pool_size_for(batch_size) > self.num_train:
+            raise ValueError(
+                f"PromptDataModule.resize: a pool of {self._pool_size_for(batch_size)} prompts is larger than the "
+                f"train split ({self.num_train} prompts); lower the batch controller's max_prompts"
+            )
+        if at_pool < self._segments[-1][0]:
+            raise ValueError(f"PromptDataModule.resize: pool {at_pool} precedes the last change (pool {self._segments[-1][0]})")
+        if self.batch_size_at(at_pool) == batch_size:
+            return
+        if at_pool == self._segments[-1][0] and len(self._segments) > 1:
+            self._segments.pop()  # a revised decision for a pool not yet trained on
+            if self.batch_size_at(at_pool) == batch_size:
+                return
+        if at_pool == 0:
+            self._segments = [(0, 0, 0, batch_size)]
+            return
+        epoch, start, size = self._locate(at_pool - 1)
+        self._segments.append((at_pool, epoch, start + size, batch_size))
+
+    @property
+    def batch_changes(self) -> list[tuple[int, int, int, int]]:
+        """The segments after the first: (first pool, epoch, offset, batch size) of each change."""
+        return list(self._segments[1:])
+
+    def current_pool(self, pool: PromptPool) -> PromptPool:
+        """The pool to train on now: ``pool``, or, when a ``resize`` came after the loader cut it, the pool re-cut."""
+        if len(self._segments) == 1 or not isinstance(pool, PromptPool):
+            return pool
+        k = self._position()
+        ids = self.pool_ids(k)
+        if pool.batch_size == self.batch_size_at(k) and torch.equal(pool.ids, ids):
+            return pool
+        return self._collate([self.train_records[i] for i in ids.tolist()], batch_size=self.batch_size_at(k))
 
     def pool(self, k: int) -> PromptPool:
         """Training pool ``k`` as the data loader serves it."""
@@ -280,8 +362,8 @@ class PromptDataModule(L.LightningDataModule):
         )
 
     def collate_train(self, records: list[PromptRecord]) -> PromptPool:
-        """A training pool: ``batch_size`` is B."""
-        return self._collate(records, batch_size=self.batch_size)
+        """A training pool: ``batch_size`` is B (the B of the pool index the stream cut it for)."""
+        return self._collate(records, batch_size=getattr(records, "batch_size", None) or self.batch_size)
 
     def collate_val(self, records: list[PromptRecord]) -> PromptPool:
         """A validation batch: ``batch_size`` is its length (every prompt is evaluated)."""
@@ -338,10 +420,17 @@ class PromptDataModule(L.LightningDataModule):
         return self._position()
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"pools_consumed": n}``: the data position; Lightning saves it in checkpoints."""
-        return {"pools_consumed": self._position()}
+        """``{"pools_consumed": n}``: the data position; Lightning saves it in checkpoints. After a
+        ``resize``, also ``"batch_changes"``: [changes, 4] int64 (first pool, epoch, offset, batch size)."""
+        state: dict[str, Any] = {"pools_consumed": self._position()}
+        if len(self._segments) > 1 or self._segments[0][3] != self.batch_size:
+            state["batch_changes"] = torch.tensor(self._segments, dtype=torch.long)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the position (used directly when no trainer is attached; a fitting
-        trainer's restored batch counter gives the same number)."""
+        trainer's restored batch counter gives the same number) and the batch changes."""
         self._cursor = int(state_dict.get("pools_consumed", 0))
+        changes = state_dict.get("batch_changes")
+        if changes is not None:
+            self._segments = [tuple(int(v) for v in row) for row in torch.as_tensor(changes).tolist()]

@@ -1,0 +1,44 @@
+"""A recorder for the AdaptiveBatch fits (tests/callbacks/test_adaptive_batch_fit.py), importable by path."""
+
+import os
+
+import lightning.pytorch as pl
+import torch
+
+
+class RecordBatches(pl.Callback):
+    """Per step: the pool's B and ids, and the loss normaliser next to the rows and tokens it normalises.
+    At the end, with the controller's state and Adam's beta2, to ``<dir>/batches_rank<r>.pt``."""
+
+    def __init__(self, out_dir: str = "batch_dump") -> None:
+        self.out_dir = out_dir
+        self.pools: dict[int, tuple[int, list[int]]] = {}
+        self.norms: dict[int, dict[str, float]] = {}
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        updater, recorder = pl_module.updater, self
+        normalizer = updater.normalizer
+
+        def recorded(tensors):
+            out = normalizer(tensors)
+            recorder.norms[int(pl_module.steps_done)] = {
+                "num_tokens": out.num_tokens, "num_sequences": out.num_sequences, "rows": float(len(tensors)),
+                "tokens": float(tensors.completion_mask.sum()), "groups": float(len(torch.unique(tensors.units))),
+            }
+            return out
+
+        updater.normalizer = recorded
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.pools[int(pl_module.steps_done)] = (int(batch.batch_size), batch.ids.tolist())
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        from lit_rlvr.callbacks import AdaptiveBatch
+
+        (controller,) = [cb for cb in trainer.callbacks if isinstance(cb, AdaptiveBatch)]
+        opt = pl_module.optimizers()
+        betas = [tuple(g["betas"]) for g in getattr(opt, "optimizer", opt).param_groups]
+        os.makedirs(self.out_dir, exist_ok=True)
+        torch.save({"pools": self.pools, "norms": self.norms, "state": controller.state_dict(), "betas": betas,
+                    "changes": trainer.datamodule.batch_changes},
+                   os.path.join(self.out_dir, f"batches_rank{trainer.global_rank}.pt"))

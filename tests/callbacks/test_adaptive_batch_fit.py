@@ -1,0 +1,122 @@
+"""AdaptiveBatch in real fits of the tiny model (``-m integration``): the batch changes in metrics.csv, the
+normaliser and beta2 follow it, a kill -9 resume across a change is exact, and two DDP ranks (gloo) agree.
+
+Costs are fixed in the config (``fixed_cost_s``, ``rollout_cost_s``) where runs are compared, so the
+decisions depend on the run's numbers only, not on the timing of a shared machine.
+"""
+
+import csv
+import glob
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_rlvr.callbacks.batch_rule import beta2_for
+from tests.callbacks.test_integration import _assert_same
+
+ROOT = Path(__file__).resolve().parents[2]
+G = 4  # configs/tiny.yaml's num_generations
+COMMON = [
+    "--config", str(ROOT / "configs" / "tiny.yaml"), "--config", str(ROOT / "configs" / "methods" / "adaptive_batch.yaml"),
+    "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:parity_reward",
+    "--trainer.limit_val_batches=0", "--model.evaluation.before_training=false", "--model.rollout.max_new_tokens=4",
+    "--trainer.callbacks.init_args.warmup_steps=2", "--trainer.callbacks.init_args.max_prompts=8", "--trainer.default_root_dir=run",
+]
+RECORDER = ["--trainer.callbacks+=tests.adaptive_helpers.RecordBatches"]  # after the controller's own init_args
+FIXED_COSTS = ["--trainer.callbacks.init_args.fixed_cost_s=1.0", "--trainer.callbacks.init_args.rollout_cost_s=0.01"]
+KEYS = ["train/loss", "reward/mean", "rollouts/generated", "tokens/generated", "batch/prompts", "batch/beta2", "batch/share",
+        "batch/target", "noise/B_simple_informative", "cumulative/rollouts_generated"]
+
+
+def _fit(workdir: Path, *extra: str, callbacks: tuple[str, ...] = (), expect: int = 0) -> Path:
+    """A fit of the tiny config with the controller (``extra``: its init_args and trainer flags; ``callbacks``: more, appended)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", *COMMON, *extra, *RECORDER, *callbacks]
+    # a session of its own: a kill -9 or a hung rank takes nothing else with it
+    done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900, start_new_session=True)
+    assert done.returncode == expect, done.stderr[-4000:]
+    (workdir / "stdout.txt").write_text(done.stdout)
+    return workdir
+
+
+def _rows(workdir: Path) -> list[dict[str, float]]:
+    rows = []
+    for path in sorted(glob.glob(str(workdir / "run" / "csv" / "version_*" / "metrics.csv"))):
+        with open(path) as f:
+            rows += [{k: float(r[k]) for k in KEYS} for r in csv.DictReader(f) if r.get("rollouts/generated")]
+    return rows
+
+
+def _dump(workdir: Path, rank: int = 0) -> dict:
+    return torch.load(workdir / "batch_dump" / f"batches_rank{rank}.pt", weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    return _fit(tmp_path_factory.mktemp("adaptive_straight"), *FIXED_COSTS, "--trainer.max_steps=6")
+
+
+@pytest.mark.integration
+def test_a_tiny_fit_changes_its_batch_and_everything_follows(straight):
+    rows, dump = _rows(straight), _dump(straight)
+    prompts = [int(r["batch/prompts"]) for r in rows]
+    assert len(rows) == 6 and prompts[:2] == [4, 4], prompts  # two warm-up steps at data.batch_size
+    assert len(set(prompts)) >= 2, f"the batch never changed: {prompts}"
+    assert all(2 <= p <= 8 for p in prompts)
+    for step, (p, r) in enumerate(zip(prompts, rows)):
+        assert r["rollouts/generated"] == p * G, step  # every prompt of the batch rolled out
+        assert dump["pools"][step][0] == p and len(dump["pools"][step][1]) == p  # pool_multiple 1: pool = batch
+        # the loss normaliser is the step's own kept rows and tokens, whatever the batch
+        n = dump["norms"][step]
+        assert n["num_sequences"] == n["rows"] == p * G and n["num_tokens"] == n["tokens"] and n["groups"] == p, step
+        # beta2 as this step used it keeps the half-life in samples of the configured 0.99 at 4 prompts
+        assert r["batch/beta2"] == pytest.approx(beta2_for(0.99, 4, p), rel=1e-6), step
+    assert dump["betas"][0][1] == pytest.approx(beta2_for(0.99, 4, dump["state"]["prompts"]))
+    seen = [i for _, ids in (dump["pools"][s] for s in range(6)) for i in ids]
+    assert len(seen) == len(set(seen)), "a prompt came twice within the first epoch"  # 64 prompts, fewer served
+    assert "batch controller      settled on" in (straight / "stdout.txt").read_text()
+
+
+@pytest.mark.integration
+def test_a_kill_9_resume_across_a_change_is_exact(straight, tmp_path):
+    """kill -9 as step 3 starts; resume from last.ckpt (step 2's, saved after the first change was decided):
+    the same pools, batches, beta2 and metrics as the straight run, and the same controller state at the end."""
+    kill = ["--trainer.callbacks+=tests.helpers.SignalAtStep", "--trainer.callbacks.step=3", f"--trainer.callbacks.signum={int(signal.SIGKILL)}"]
+    first = _fit(tmp_path / "first", *FIXED_COSTS, "--trainer.max_steps=6", callbacks=tuple(kill), expect=-signal.SIGKILL)
+    (ckpt,) = glob.glob(str(first / "run" / "**" / "last.ckpt"), recursive=True)
+    assert torch.load(ckpt, weights_only=False)["global_step"] == 2
+    resumed = _fit(tmp_path / "resumed", *FIXED_COSTS, "--trainer.max_steps=6", f"--ckpt_path={ckpt}")
+    want, got = _rows(straight)[2:], _rows(resumed)
+    assert len(got) == 4
+    assert len({r["batch/prompts"] for r in want[:2]}) == 2 or want[0]["batch/prompts"] != 4, "no change after the checkpoint"
+    for key in KEYS:
+        assert [r[key] for r in got] == [r[key] for r in want] or all(
+            (a == b) or (math.isnan(a) and math.isnan(b)) for a, b in zip((r[key] for r in got), (r[key] for r in want))), key
+    a, b = _dump(straight), _dump(resumed)
+    for step in range(2, 6):
+        assert b["pools"][step] == a["pools"][step], f"step {step} trained on other prompts"
+    _assert_same(a["state"], b["state"])
+    assert a["betas"] == b["betas"] and a["changes"] == b["changes"]
+
+
+@pytest.mark.integration
+def test_two_ddp_ranks_agree_on_a_batch_divisible_by_two(tmp_path):
+    """Measured costs (each rank times its own half): rank 0 decides and broadcasts; both ranks hold the same state."""
+    run = _fit(tmp_path, "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=5",
+               "--trainer.callbacks.init_args.multiple=100")  # aim far above the noise scale: the batch grows
+    d0, d1 = _dump(run, 0), _dump(run, 1)
+    _assert_same(d0["state"], d1["state"])
+    assert d0["pools"] == d1["pools"] and d0["betas"] == d1["betas"] and d0["changes"] == d1["changes"]
+    sizes = [d0["pools"][s][0] for s in range(5)]
+    assert all(b % 2 == 0 for b in sizes) and len(set(sizes)) >= 2, sizes
+    assert d0["state"]["cost_count"] == 5 and d0["state"]["fixed_ema"] > 0  # measured, and shared from rank 0
+    rows = _rows(run)
+    assert [int(r["batch/prompts"]) for r in rows] == sizes
+    assert [r["rollouts/generated"] for r in rows] == [b // 2 * G for b in sizes]  # this rank's half

@@ -1,0 +1,77 @@
+"""PromptDataModule.resize: pools of a new size mid-fit, continuing the epoch; saved with the position."""
+
+import pytest
+import torch
+
+from lit_rlvr.data import PromptDataModule, ReasoningGymSource
+
+ONE_DIGIT = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+
+
+@pytest.fixture(scope="module")
+def source():
+    return ReasoningGymSource(task_config=ONE_DIGIT, train_size=60, val_size=10, seed=42)
+
+
+def test_without_a_change_pools_are_the_fixed_size_cut_of_each_epoch(source):
+    """The fixed-batch arithmetic: pool k is slice k % (N // P) of permutation k // (N // P)."""
+    dm = PromptDataModule(source, batch_size=4, pool_multiple=1.5)  # P = 6, 10 pools an epoch
+    for k in (0, 3, 9, 10, 27):
+        e, j = divmod(k, 10)
+        assert dm.pool_ids(k).tolist() == dm._permutation(e)[j * 6 : (j + 1) * 6].tolist()
+        assert dm.batch_size_at(k) == 4
+    assert "batch_changes" not in dm.state_dict()
+
+
+def test_a_resize_continues_the_epoch_without_skipping_or_repeating(source):
+    dm = PromptDataModule(source, batch_size=4)  # P = 4, 15 pools an epoch
+    dm.resize(7, at_pool=3)  # pools 0-2 hold ids 0..11 of epoch 0; pool 3 on: 7 prompts from offset 12
+    served = [dm.pool_ids(k).tolist() for k in range(9)]
+    assert [len(p) for p in served] == [4, 4, 4, 7, 7, 7, 7, 7, 7]
+    epoch0 = [i for p in served[:9] for i in p][:12 + 7 * 6]  # 12 + 42 = 54 ids of epoch 0, then 6 left (< 7)
+    assert epoch0 == dm._permutation(0)[:54].tolist()
+    assert [dm.epoch_of(k) for k in (8, 9)] == [0, 1]  # pool 9 starts epoch 1 (6 left over, as with drop_last)
+    assert dm.pool_ids(9).tolist() == dm._permutation(1)[:7].tolist()
+    assert dm.batch_size_at(2) == 4 and dm.batch_size_at(3) == 7
+
+
+def test_a_smaller_pool_uses_the_rest_of_the_epoch(source):
+    dm = PromptDataModule(source, batch_size=8)  # P = 8: 7 pools an epoch, 4 ids left over
+    dm.resize(2, at_pool=7)  # pool 6 ended at 56: pools 7 and 8 take ids 56..59 of epoch 0
+    assert dm.pool_ids(7).tolist() == dm._permutation(0)[56:58].tolist()
+    assert dm.pool_ids(8).tolist() == dm._permutation(0)[58:60].tolist()
+    assert dm.pool_ids(9).tolist() == dm._permutation(1)[:2].tolist()
+
+
+def test_a_revised_change_replaces_the_one_at_the_same_pool_and_a_past_one_is_refused(source):
+    dm = PromptDataModule(source, batch_size=4)
+    dm.resize(6, at_pool=2)
+    dm.resize(5, at_pool=2)
+    assert dm.batch_changes == [(2, 0, 8, 5)]
+    dm.resize(4, at_pool=2)  # back to the size before: no change left
+    assert dm.batch_changes == []
+    dm.resize(6, at_pool=5)
+    with pytest.raises(ValueError, match="precedes the last change"):
+        dm.resize(2, at_pool=4)
+    with pytest.raises(ValueError, match="larger than the train split"):
+        dm.resize(61, at_pool=6)
+
+
+def test_the_changes_travel_in_the_state_and_a_stale_prefetched_pool_is_recut(source):
+    dm = PromptDataModule(source, batch_size=4, pool_multiple=1.5)
+    it = iter(dm.train_dataloader())
+    first, prefetched = next(it), next(it)  # the loader cut pool 1 before the change
+    dm._cursor = 1  # trained on pool 0: pool 1 is next
+    dm.resize(2, at_pool=1)
+    assert len(prefetched) == 6 and prefetched.batch_size == 4
+    recut = dm.current_pool(prefetched)
+    assert recut.batch_size == 2 and recut.ids.tolist() == dm.pool_ids(1).tolist() == dm._permutation(0)[6:9].tolist()
+    assert dm.current_pool(recut) is recut  # already current: unchanged
+    assert next(it).ids.tolist() == dm.pool_ids(2).tolist() and len(dm.pool_ids(2)) == 3
+
+    resumed = PromptDataModule(source, batch_size=4, pool_multiple=1.5)
+    resumed.load_state_dict(dm.state_dict())
+    assert torch.equal(resumed.state_dict()["batch_changes"], dm.state_dict()["batch_changes"])
+    for k in range(1, 25):
+        assert resumed.pool_ids(k).tolist() == dm.pool_ids(k).tolist()
+    assert next(iter(resumed.train_dataloader())).batch_size == 2
