@@ -271,6 +271,18 @@ class GRPOModule(PolicyModule):
         self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=1)
         self.log("eff", metrics["rollouts/effective_ratio"], prog_bar=True, logger=False, batch_size=1)
 
+    @property
+    def noise_meter(self) -> Any:
+        """The update's gradient noise-scale meter; None when the updater has none (a benchmark's substitute)."""
+        return getattr(self.updater, "noise", None)
+
+    def noise_unmeasurable(self) -> Optional[str]:
+        """Why the noise scale is not measured in this run (None: it is); ``BatchHost``."""
+        meter = self.noise_meter
+        if meter is None or not meter.settings.enabled:
+            return "model.noise_scale.enabled is false"
+        return meter.unsupported(self.policy)
+
     def _sum_over_ranks(self, values: list[float]) -> list[float]:
         if self.trainer.world_size <= 1:
             return values

@@ -23,7 +23,7 @@ import torch
 
 from lit_rlvr.types import Completion, PromptPool, RolloutStats
 
-__all__ = ["SelectionHost", "host_members"]
+__all__ = ["BatchHost", "SelectionHost", "batch_host_members", "host_members"]
 
 
 class SelectionHost(Protocol):
@@ -82,8 +82,44 @@ class SelectionHost(Protocol):
         """
 
 
+class BatchHost(Protocol):
+    """The trainer as a batch controller (``AdaptiveBatch``) sees it: the step, the noise meter, the optimizer.
+
+    A controller steers the run rather than the rollouts, so it reads measurements a selection method
+    never needs; it reads nothing else of the module (``tests/test_selection_host.py`` checks it)."""
+
+    steps_done: int
+    """Optimizer steps completed (the next step's index)."""
+
+    rollout_settings: Any
+    """``RolloutSettings`` (read only): the group size."""
+
+    device: torch.device
+    """Where the module's tensors live (for the ranks' reductions)."""
+
+    @property
+    def noise_meter(self) -> Any:
+        """The gradient noise-scale meter (``lit_rlvr.update.noise_meter.NoiseMeter``; its ``settings`` and
+        ``tracker``), or None when the update has none."""
+
+    def noise_unmeasurable(self) -> str | None:
+        """Why this run's noise scale cannot be measured (off, FSDP2, gradient checkpointing, ...); None: it can."""
+
+    def optimizers(self) -> Any:
+        """Lightning's optimizer (or list): the controller sets Adam's β₂ in its parameter groups."""
+
+
+def _members(protocol: type) -> frozenset[str]:
+    names = set(protocol.__annotations__)
+    names.update(n for n, v in vars(protocol).items() if not n.startswith("_") and (callable(v) or isinstance(v, property)))
+    return frozenset(names)
+
+
 def host_members() -> frozenset[str]:
     """The names ``SelectionHost`` declares (attributes, properties and methods)."""
-    names = set(SelectionHost.__annotations__)
-    names.update(n for n, v in vars(SelectionHost).items() if not n.startswith("_") and (callable(v) or isinstance(v, property)))
-    return frozenset(names)
+    return _members(SelectionHost)
+
+
+def batch_host_members() -> frozenset[str]:
+    """The names ``BatchHost`` declares."""
+    return _members(BatchHost)

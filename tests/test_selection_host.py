@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from lit_rlvr.selection_host import SelectionHost, host_members
+from lit_rlvr.selection_host import SelectionHost, batch_host_members, host_members
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLBACKS = ROOT / "lit_rlvr" / "callbacks"
@@ -55,9 +55,13 @@ def _stored_on_self(cls: ast.ClassDef) -> set[str]:
     return attrs
 
 
-def forbidden_accesses(source: str, filename: str = "<source>") -> list[str]:
-    """``file:line name`` of every access on a module argument that is not a ``SelectionHost`` member."""
-    members, out = host_members(), []
+BATCH_CONTROLLERS = {"adaptive_batch.py"}
+"""Callback files that steer the run (typed ``BatchHost``) rather than select: checked against that protocol."""
+
+
+def forbidden_accesses(source: str, filename: str = "<source>", members: frozenset[str] | None = None) -> list[str]:
+    """``file:line name`` of every access on a module argument that is not a member of the protocol (``SelectionHost``)."""
+    members, out = host_members() if members is None else members, []
     tree = ast.parse(source, filename)
     classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
     owner = {id(f): c for c in classes for f in ast.walk(c) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -78,8 +82,16 @@ def forbidden_accesses(source: str, filename: str = "<source>") -> list[str]:
 
 
 def test_callbacks_read_only_the_selection_host():
-    found = [hit for path in sorted(CALLBACKS.glob("*.py")) for hit in forbidden_accesses(path.read_text(), path.name)]
+    found = [hit for path in sorted(CALLBACKS.glob("*.py")) if path.name not in BATCH_CONTROLLERS
+             for hit in forbidden_accesses(path.read_text(), path.name)]
     assert found == [], f"callbacks read module attributes outside SelectionHost ({sorted(host_members())}): {found}"
+
+
+def test_a_batch_controller_reads_only_the_batch_host():
+    found = [hit for name in sorted(BATCH_CONTROLLERS)
+             for hit in forbidden_accesses((CALLBACKS / name).read_text(), name, batch_host_members())]
+    assert found == [], f"a batch controller reads module attributes outside BatchHost ({sorted(batch_host_members())}): {found}"
+    assert forbidden_accesses("def f(pl_module):\n    pl_module.updater.noise\n", "x.py", batch_host_members()) == ["x.py:2 .updater"]
 
 
 def test_the_checker_catches_direct_aliased_stored_and_getattr_accesses():
@@ -124,6 +136,9 @@ def test_grpo_module_and_the_simulators_module_have_every_member_without_subclas
         assert SelectionHost not in type(module).__mro__
         missing = sorted(name for name in host_members() if not hasattr(module, name))
         assert missing == [], f"{type(module).__name__} lacks {missing}"
+    grpo = GRPOModule()
+    missing = sorted(name for name in batch_host_members() if not hasattr(grpo, name))
+    assert missing == [], f"GRPOModule lacks BatchHost's {missing}"
     assert sim_module.hidden_size == 0 and sim_module.lockstep is False  # no policy: ARRoL's head reads engine states
     assert sim_module.render_prompt([{"role": "user", "content": "sim 7"}]) == [7]
     assert sim_module.accuracy_reward == "accuracy"

@@ -27,7 +27,7 @@ from typing_extensions import override
 from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.callbacks.batch_rule import beta2_for, next_prompts, optimal_multiple
 from lit_rlvr.selection import RolloutAllocator, SelectionCallback
-from lit_rlvr.selection_host import SelectionHost
+from lit_rlvr.selection_host import BatchHost
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 __all__ = ["AdaptiveBatch"]
@@ -111,7 +111,7 @@ class AdaptiveBatch(SelectionCallback):
     # ------------------------------------------------------------------ set-up
 
     @override
-    def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
+    def setup_selection(self, trainer: pl.Trainer, pl_module: BatchHost, selectors: list[SelectionCallback]) -> None:
         controllers = [s for s in selectors if isinstance(s, AdaptiveBatch)]
         if len(controllers) > 1:
             raise ValueError("AdaptiveBatch is listed twice in trainer.callbacks: a run has one batch controller")
@@ -123,14 +123,10 @@ class AdaptiveBatch(SelectionCallback):
         if not callable(getattr(dm, "resize", None)):
             raise ValueError(f"AdaptiveBatch needs a data module that can change its batch mid-fit (PromptDataModule); "
                              f"got {type(dm).__name__}: remove AdaptiveBatch from trainer.callbacks")
-        meter = getattr(getattr(pl_module, "updater", None), "noise", None)
-        if meter is None or not meter.settings.enabled:
-            raise ValueError("AdaptiveBatch steers by the gradient noise scale, which is off: set model.noise_scale.enabled=true "
-                             "or remove AdaptiveBatch from trainer.callbacks")
-        unmeasured = meter.unsupported(pl_module.policy)
+        unmeasured = pl_module.noise_unmeasurable()
         if unmeasured:
-            raise ValueError(f"AdaptiveBatch steers by the gradient noise scale, which this run cannot measure ({unmeasured}): "
-                             f"remove AdaptiveBatch from trainer.callbacks")
+            raise ValueError(f"AdaptiveBatch steers by the gradient noise scale, which this run does not measure ({unmeasured}): "
+                             f"set model.noise_scale.enabled=true where it is off, or remove AdaptiveBatch from trainer.callbacks")
         world = int(trainer.world_size)
         if self.max_prompts < world:
             raise ValueError(f"AdaptiveBatch: max_prompts={self.max_prompts} is below the {world} ranks; every rank needs a prompt. "
@@ -146,7 +142,7 @@ class AdaptiveBatch(SelectionCallback):
     # ------------------------------------------------------------------ per step
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: BatchHost, batch: Any, batch_idx: int) -> None:
         if isinstance(batch, PromptPool):
             self._t0 = time.perf_counter()
             self.set_metrics({"prompts": float(batch.batch_size), "b_noise": self._b_noise(pl_module), "share": self.share,
@@ -155,7 +151,7 @@ class AdaptiveBatch(SelectionCallback):
                               "fixed_cost_s": self._cost()[0], "rollout_cost_s": self._cost()[1]})
 
     @override
-    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
+    def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: BatchHost, batch: RolloutBatch) -> None:
         """f: the informative share of the groups generated this step (every rank's), into its moving average."""
         groups = torch.unique(batch.prompt_index)
         informative = 0
@@ -171,7 +167,7 @@ class AdaptiveBatch(SelectionCallback):
         self.share_count += 1
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: SelectionHost, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: BatchHost, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not isinstance(batch, PromptPool):
             return
         self._measure_costs(trainer)
@@ -189,8 +185,8 @@ class AdaptiveBatch(SelectionCallback):
         """f: the moving average of informative groups over the moving average of groups generated."""
         return self.share_num / self.share_den if self.share_den > 0 else math.nan
 
-    def _b_noise(self, pl_module: SelectionHost) -> float:
-        tracker = pl_module.updater.noise.tracker
+    def _b_noise(self, pl_module: BatchHost) -> float:
+        tracker = pl_module.noise_meter.tracker
         return tracker.smoothed("informative") if tracker.history else math.nan
 
     def _measure_costs(self, trainer: pl.Trainer) -> None:
@@ -215,13 +211,13 @@ class AdaptiveBatch(SelectionCallback):
         roll = self.rollout_cost_s if self.rollout_cost_s is not None else self.roll_ema / corr
         return float(fixed), float(roll)
 
-    def _decide(self, pl_module: SelectionHost, world: int) -> tuple[int, int, float, float, float, float, float, int]:
+    def _decide(self, pl_module: BatchHost, world: int) -> tuple[int, int, float, float, float, float, float, int]:
         """(next prompts, reason, target prompts, k*, N, and the cost averages to share with the other ranks)."""
         costs = (self.fixed_ema, self.roll_ema, self.cost_count)
         if self.steps_seen + 1 < self.warmup_steps:
             return (self.prompts, 1, math.nan, math.nan, math.nan, *costs)
         b_noise, f = self._b_noise(pl_module), self.share
-        measured = any(math.isfinite(r.get("g2_informative", math.nan)) for r in pl_module.updater.noise.tracker.history)
+        measured = any(math.isfinite(r.get("g2_informative", math.nan)) for r in pl_module.noise_meter.tracker.history)
         if not measured or not (f > 0):  # no step had 2+ informative groups yet, or none is informative
             return (self.prompts, 2, math.nan, math.nan, math.nan, *costs)
         if not math.isfinite(b_noise):  # |G|² averaged to <= 0: the signal is below the noise, the batch far below N
@@ -235,7 +231,7 @@ class AdaptiveBatch(SelectionCallback):
                            max_change=self.max_change, world_size=world)
         return (nxt, reason, float(target), float(k), float(b_noise), *costs)
 
-    def _apply(self, trainer: pl.Trainer, pl_module: SelectionHost, prompts: int, next_pool: int) -> None:
+    def _apply(self, trainer: pl.Trainer, pl_module: BatchHost, prompts: int, next_pool: int) -> None:
         """The data module's next pools and Adam's β₂ follow the new batch (no change: nothing is touched)."""
         if prompts == self.prompts:
             return
@@ -267,11 +263,11 @@ def _fmt(x: float) -> str:
     return f"{x:.1f}" if math.isfinite(x) else "n/a"
 
 
-def _group_size(pl_module: SelectionHost) -> int:
+def _group_size(pl_module: BatchHost) -> int:
     return int(pl_module.rollout_settings.num_generations)
 
 
-def _param_groups(pl_module: SelectionHost) -> list[dict[str, Any]]:
+def _param_groups(pl_module: BatchHost) -> list[dict[str, Any]]:
     opt = pl_module.optimizers()
     opt = opt[0] if isinstance(opt, list) else opt
     return getattr(opt, "optimizer", opt).param_groups

@@ -56,9 +56,9 @@ def test_next_prompts_limits_the_change_bounds_and_rounds_to_the_world_size():
 
 def _setup(controller, selectors, world=1, batch=4, noise=True):
     dm = SimpleNamespace(resize=lambda *a, **k: None, batch_size_at=lambda k: batch)
-    meter = SimpleNamespace(settings=SimpleNamespace(enabled=noise), unsupported=lambda policy: None)
     opt = SimpleNamespace(param_groups=[{"betas": (0.9, 0.99)}])
-    module = SimpleNamespace(updater=SimpleNamespace(noise=meter), policy=None, optimizers=lambda: opt)
+    module = SimpleNamespace(noise_unmeasurable=lambda: None if noise else "model.noise_scale.enabled is false",
+                             optimizers=lambda: opt)
     trainer = SimpleNamespace(datamodule=dm, world_size=world)
     controller.setup_selection(trainer, module, [controller, *selectors])
     return controller
@@ -86,7 +86,7 @@ def test_with_a_refill_allocator_the_controller_sets_the_refill_target():
     c = _setup(AdaptiveBatch(warmup_steps=0, multiple=1.0), [DynamicSampling()])
     assert c._refills and c.base_prompts == c.prompts == 4 and c.base_beta2 == 0.99
     tracker = SimpleNamespace(history=[{"g2_informative": 1.0}], smoothed=lambda key: 10.0)
-    module = SimpleNamespace(updater=SimpleNamespace(noise=SimpleNamespace(tracker=tracker)),
+    module = SimpleNamespace(noise_meter=SimpleNamespace(tracker=tracker),
                              rollout_settings=SimpleNamespace(num_generations=8))
     c.share_num, c.share_den = 0.5, 1.0  # f = 0.5
     nxt, reason, target, k, n, *_ = c._decide(module, world=1)
