@@ -6,6 +6,10 @@ scores a program against a list of tests, so ``humaneval_tests`` splits each
 ``check`` into one test per top-level assertion statement (partial credit),
 keeping the setup statements before it. It is the offline stand-in for
 LiveCodeBench, on which VIGOR reports its coding results.
+
+The problems file (tests and reference solutions) lies in the Python
+installation, which reward workers may read, so it is hidden from them
+(``hide_from_workers``): a program could otherwise copy its reference solution.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import random
 from typing import Any, Optional
 
 from lit_rlvr.data.sources import PromptSource
+from lit_rlvr.rewards.sandbox_settings import hide_from_workers
 
 __all__ = ["HumanEvalSource", "humaneval_tests", "humaneval_prelude", "humaneval_path"]
 
@@ -90,6 +95,7 @@ class HumanEvalSource(PromptSource):
             raise ValueError(f"HumanEvalSource: need val_size >= 0 and train_size >= 1, got {val_size}, {train_size}")
         self.val_size, self.train_size, self.seed = int(val_size), train_size, int(seed)
         self.path = path or humaneval_path()
+        hide_from_workers(self.path)  # its reference solutions: no program may read them
 
     def __repr__(self) -> str:
         return f"HumanEvalSource(path={self.path!r}, seed={self.seed})"
@@ -115,3 +121,9 @@ class HumanEvalSource(PromptSource):
 
     def _solution(self, answer: str, metadata: dict[str, Any]) -> Optional[str]:
         return f"```python\n{answer.strip()}\n```"
+
+
+try:
+    hide_from_workers(humaneval_path())  # before any reward worker starts, even if the source is built later
+except ImportError:
+    pass

@@ -11,19 +11,28 @@ with the worker's address space lowered to ``memory_mb``. The caller's
 ``timeout_s`` kills the worker when a program defeats the per-test deadline (a
 C call that never checks signals, a handler reset). Every call runs in its own
 process, forked from a clean zygote and gone after its answer (``worker.py``), so
-nothing one rollout's program does to its process reaches another rollout. See
+nothing one rollout's program does to its process reaches another rollout.
+
+Whatever the program's process answers could be forged by the program, so the
+trainer decides the verdicts (``plan_tests``): stdin tests by a digest of the
+output, assert-style tests by a digest of the values their asserts check
+(``code_checks``), the expected side of both kept in the trainer. See
 ``docs/code_reward.md``.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
+from lit_rlvr.rewards import code_checks
 from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
 from lit_rlvr.rewards.timeout import TimeLimitedCaller
 
-__all__ = ["CodeExecutionReward", "extract_program", "run_tests", "EXTRACTION_MODES", "MODES"]
+__all__ = ["CodeExecutionReward", "TestPlan", "extract_program", "plan_tests", "run_tests", "EXTRACTION_MODES", "MODES"]
+
+log = logging.getLogger(__name__)
 
 EXTRACTION_MODES = ("fenced", "fenced_strict", "full")
 MODES = ("partial", "all")
@@ -31,8 +40,9 @@ MAX_TESTS = 110
 """Most tests per prompt: the worker answers at most 9 characters per test in a reply of at most 1,000."""
 
 STATUS = {
-    "P": "passed (a ``code`` test)",
-    "=": "ran to the end (an ``input``/``output`` test): ``=`` and the digest of its stdout, checked by the trainer",
+    "P": "passed (a ``code`` test the trainer does not decide: the program's process says so)",
+    "=": "ran to the end: ``=`` and the digest of its stdout (an ``input``/``output`` test) or of the values its"
+         " asserts check (a decided ``code`` test, ``code_checks``), compared by the trainer",
     "F": "failed assertion",
     "E": "raised an exception",
     "C": "does not compile",
@@ -145,7 +155,12 @@ def _run_one(code: Any, test: dict, per_test_s: float, max_output_chars: int) ->
             exec(code, namespace)
         except SystemExit:
             pass  # exit() after printing the answer is a normal end
-        if "code" in test:
+        if test.get("decided"):
+            records: list[str] = []
+            namespace[code_checks.CHECK] = lambda value, mode: records.append(code_checks.encode(value, mode))
+            exec(compile(test["code"], "<test>", "exec"), namespace)
+            status = "=" + code_checks.digest(records)
+        elif "code" in test:
             exec(compile(test["code"], "<test>", "exec"), namespace)
             status = "P"
         else:
@@ -174,8 +189,10 @@ def run_tests(
     """One status per test (``STATUS``); runs in a reward worker, never in the trainer.
 
     ``input``/``output`` tests arrive without their expected output: the worker
-    answers a digest of what the program printed, and the trainer compares, so a
-    program cannot read the expected output or forge a pass for these tests.
+    answers a digest of what the program printed. Decided ``code`` tests
+    (``"decided"``) arrive without their expected values: the worker answers a
+    digest of the values their checks recorded. The trainer compares both
+    (``plan_tests``), so a program can neither read nor forge what passes them.
 
     Lowers the worker's ``RLIMIT_AS`` to ``memory_mb`` (soft and hard: the worker
     is its own process, gone after this call) and stops starting tests once ``budget_s`` has
@@ -225,6 +242,35 @@ def _check_tests(tests: Any) -> list[dict]:
     return [dict(t) for t in tests]
 
 
+class TestPlan(NamedTuple):
+    """One test as the worker receives it, and the worker's answer that passes it (checked in the trainer)."""
+
+    sent: dict
+    """``{"input": stdin}``, ``{"code": rewritten, "decided": True}`` or ``{"code": code}``: no expected value."""
+    expected: str
+    """``"="`` and a digest (an ``input``/``output`` test, a decided ``code`` test), or ``"P"`` (an undecided one)."""
+
+
+def plan_tests(tests: Any) -> list[TestPlan]:
+    """What the worker runs for each test and what it must answer; ``ValueError`` on bad tests.
+
+    ``input``/``output`` tests travel without their output; ``code`` tests of a form
+    ``code_checks.decide`` knows travel without their expected values. Only the other
+    ``code`` tests are passed on the word of the program's own process (``"P"``).
+    """
+    plans = []
+    for t in _check_tests(tests):
+        if "code" not in t:
+            plans.append(TestPlan({"input": t.get("input", "")}, "=" + output_digest(str(t.get("output", "")))))
+            continue
+        decided = code_checks.decide(str(t["code"]))
+        if decided is None:
+            plans.append(TestPlan({"code": t["code"]}, "P"))
+        else:
+            plans.append(TestPlan({"code": decided[0], "decided": True}, decided[1]))
+    return plans
+
+
 class CodeExecutionReward(WorkerReward):
     """Fraction of the prompt's unit tests that the completion's program passes, run in the sandbox.
 
@@ -238,14 +284,17 @@ class CodeExecutionReward(WorkerReward):
     more than ``max_output_chars`` or exceeds ``memory_mb`` fails. No program
     scores 0 without running anything.
 
-    Isolation: each call (one rollout) runs in its own worker process, killed by
-    the trainer afterwards; tests of one rollout share that process, so a
-    program can affect its own later tests (its own score) but no other
-    rollout's. ``input``/``output`` tests are checked in the trainer against a
-    digest of the program's stdout; the expected output never reaches the
-    worker, so a program cannot forge a pass. ``code`` tests run in the
-    program's process, so a determined program can forge those
-    (``docs/security.md``, threat model).
+    Isolation: each call (one rollout) runs in its own worker process, gone
+    after it; tests of one rollout share that process, so a program can affect
+    its own later tests (its own score) but no other rollout's. Verdicts are
+    decided in the trainer, from digests, for ``input``/``output`` tests (the
+    expected output never reaches the worker) and for ``code`` tests whose
+    asserts compare with a literal, test ``is True/False/None`` or truth
+    (``code_checks``: the literal and the polarity never reach the worker), so
+    a program cannot forge a pass of those. Other ``code`` tests (a loop of
+    asserts, a tolerance, a comparison with a computed value) pass on the word
+    of the program's process, which a determined program can forge; how many a
+    batch had is logged once (``docs/code_reward.md``).
 
     Args:
         mode: ``"partial"`` (fraction of tests passed) or ``"all"`` (1.0 only when every test passes).
@@ -289,27 +338,37 @@ class CodeExecutionReward(WorkerReward):
         self.per_test_timeout_s, self.timeout_s = float(per_test_timeout_s), float(timeout_s)
         self.memory_mb, self.max_output_chars = int(memory_mb), int(max_output_chars)
         self._caller = TimeLimitedCaller(run_tests, self.timeout_s, workers=workers)
+        self._undecided_logged = False
 
-    def _args(self, completion: str, metadata: dict[str, Any]) -> Optional[tuple]:
-        tests = [{"code": t["code"]} if "code" in t else {"input": t.get("input", "")} for t in _check_tests(metadata.get("tests"))]
+    def _args(self, completion: str, metadata: dict[str, Any]) -> Optional[tuple[tuple, list[str]]]:
+        """The worker's arguments and the answers that pass each test; ``None`` when there is no program."""
+        plans = plan_tests(metadata.get("tests"))
         program = extract_program(completion, self.extraction)
         if program is None:
             return None
         prelude = metadata.get("prelude") or ""
         program = f"{prelude}\n{program}" if prelude else program
         budget = 0.8 * self.timeout_s
-        return (program, tests, self.per_test_timeout_s, budget, self.max_output_chars, self.memory_mb)
+        tests = [p.sent for p in plans]
+        return (program, tests, self.per_test_timeout_s, budget, self.max_output_chars, self.memory_mb), [p.expected for p in plans]
 
-    def _score_statuses(self, statuses: Any, tests: list[dict]) -> float:
-        n = len(tests)
+    def _score_statuses(self, statuses: Any, expected: list[str]) -> float:
+        n = len(expected)
         answers = _REPLY.findall(statuses) if isinstance(statuses, str) else []
         if "".join(answers) != statuses or len(answers) != n:
             raise ValueError(f"the test runner answered {statuses!r:.80} for {n} tests")
-        passed = sum(
-            a == "P" if "code" in t else a == "=" + output_digest(str(t.get("output", "")))  # compared here, in the trainer
-            for a, t in zip(answers, tests)
-        )
+        passed = sum(a == e for a, e in zip(answers, expected))  # compared here, in the trainer
         return passed / n if self.mode == "partial" else float(passed == n)
+
+    def _note_undecided(self, expected: list[list[str]]) -> None:
+        """Log once how many ``code`` tests pass on the program's word (``code_checks`` cannot decide them)."""
+        undecided = sum(e == "P" for tests in expected for e in tests)
+        if undecided and not self._undecided_logged:
+            self._undecided_logged = True
+            log.warning(
+                "%s: %d of %d tests in a batch are assert-style tests of a form the trainer does not decide (a loop, a "
+                "tolerance, a comparison with a computed value); their pass is reported by the program's own process, "
+                "which a program can forge (docs/code_reward.md)", self.name, undecided, sum(map(len, expected)))
 
     def score(self, completion: str, answer: str, metadata: dict[str, Any]) -> float:
         return first_or_raise(self.score_batch([completion], [answer], [metadata]))
@@ -319,7 +378,7 @@ class CodeExecutionReward(WorkerReward):
     ) -> list[float | BaseException]:
         out: list[Any] = [None] * len(completions)
         todo: list[int] = []
-        expected: list[list[dict]] = []
+        expected: list[list[str]] = []
         args: list[tuple] = []
         for i, (c, m) in enumerate(zip(completions, metadata)):
             try:
@@ -331,8 +390,9 @@ class CodeExecutionReward(WorkerReward):
                 out[i] = 0.0
             else:
                 todo.append(i)
-                args.append(a)
-                expected.append(list(m["tests"]))
+                args.append(a[0])
+                expected.append(a[1])
+        self._note_undecided(expected)
         outcomes = self._caller.call_many(args) if args else []
         for i, tests, r in zip(todo, expected, outcomes_to_scores(outcomes, "running the program's tests", self.timeout_s,
                                                            convert=lambda v: v)):

@@ -254,6 +254,17 @@ def seccomp_program(machine: str, pid: int, allow_fork: bool = False) -> list[tu
     def block(name: str, body: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
         return [(jeq, 0, len(body), nr[name])] + body  # body ends in a return, so A keeps nr when skipped
 
+    def allow_if(*conditions: tuple[int, tuple[int, ...]]) -> list[tuple[int, int, int, int]]:
+        """Allow when, for each ``(i, values)``, argument ``i`` is one of ``values``; else EPERM."""
+        body: list[tuple[int, int, int, int]] = []
+        for k, (i, values) in enumerate(conditions):
+            after = sum(1 + len(v) for _, v in conditions[k + 1:]) + 1  # later conditions, then the ALLOW
+            body.append(arg(i))
+            for j, value in enumerate(values):  # a match skips this condition's other values; the last miss: EPERM
+                last = j == len(values) - 1
+                body.append((jeq, len(values) - 1 - j, after if last else 0, value))
+        return body + [(ret, 0, 0, _ALLOW), (ret, 0, 0, _EPERM)]
+
     prog: list[tuple[int, int, int, int]] = [
         (ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, _KILL),  # another ABI (i386 on x86_64): kill
         (ld, 0, 0, 0),
@@ -268,15 +279,14 @@ def seccomp_program(machine: str, pid: int, allow_fork: bool = False) -> list[tu
     if not allow_fork:
         prog += block("clone", [arg(0), (jset, 0, 1, _CLONE_THREAD), (ret, 0, 0, _ALLOW), (ret, 0, 0, _EPERM)])
     for name in _SELF_ONLY:
-        prog += block(name, [arg(0), (jeq, 1, 0, 0), (jeq, 0, 1, pid), (ret, 0, 0, _ALLOW), (ret, 0, 0, _EPERM)])
+        prog += block(name, allow_if((0, (0, pid))))
     for name in _SIGNALS:
-        prog += block(name, [arg(0), (jeq, 0, 1, pid), (ret, 0, 0, _ALLOW), (ret, 0, 0, _EPERM)])
+        prog += block(name, allow_if((0, (pid,))))
     # setpriority/getpriority(which, who): PRIO_PROCESS (0) and who in {0, pid};
     # ioprio_set/get(which, who): IOPRIO_WHO_PROCESS (1) and who in {0, pid}
     for names, which in ((("setpriority", "getpriority"), 0), (("ioprio_set", "ioprio_get"), 1)):
         for name in names:
-            prog += block(name, [arg(0), (jeq, 0, 4, which), arg(1), (jeq, 1, 0, 0), (jeq, 0, 1, pid),
-                                 (ret, 0, 0, _ALLOW), (ret, 0, 0, _EPERM)])
+            prog += block(name, allow_if((0, (which,)), (1, (0, pid))))
     prog += block("prctl", [arg(0), (jeq, 0, 3, _PR_SET_PDEATHSIG), arg(1), (jeq, 1, 0, 9), (ret, 0, 0, _EPERM),
                             (ret, 0, 0, _ALLOW)])
     prog += [(ret, 0, 0, _ALLOW)]

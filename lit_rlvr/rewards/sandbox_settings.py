@@ -15,6 +15,9 @@ system's shared libraries, the packages the worker imports (lit-rlvr itself, the
 reward module's own directory, preloads), the directories on ``sys.path``
 (listing only), and ``read_paths``. Everything else (home directories,
 ``/etc/shadow``, the run folder, the dataset files) is unreadable unless named.
+Files registered with ``hide_from_workers`` stay unreadable even inside those
+roots: a dataset shipped in a Python package (HumanEval's, with its reference
+solutions) would otherwise let a program copy the answers.
 """
 
 from __future__ import annotations
@@ -134,12 +137,35 @@ def module_root(name: str) -> Optional[str]:
     return spec.origin if spec.origin and os.path.isabs(spec.origin) else None
 
 
+_HIDDEN: set[str] = set()
+
+
+def hide_from_workers(*paths: str) -> None:
+    """Keep ``paths`` unreadable to confined workers even under an allowed root (``read_roots``)."""
+    _HIDDEN.update(os.path.realpath(p) for p in paths if p)
+
+
+def _without(root: str, hidden: Sequence[str]) -> list[str]:
+    """``root``, or, when a hidden path lies in it, its entries (recursively) other than the hidden ones.
+
+    Landlock only allows, so a root that holds a hidden file is replaced by what is beside it.
+    """
+    real = os.path.realpath(root)
+    inside = [h for h in hidden if h == real or h.startswith(real.rstrip(os.sep) + os.sep)]
+    if not inside:
+        return [root]
+    if real in inside or not os.path.isdir(root):
+        return []
+    return [p for entry in sorted(os.listdir(root)) for p in _without(os.path.join(root, entry), inside)]
+
+
 def read_roots(modules: Sequence[str], extra: Sequence[str], launch_dir: str) -> tuple[list[str], list[str]]:
     """``(readable, listable)`` paths of a confined worker; see the module docstring.
 
     ``modules`` are the top-level modules the worker imports (looked up here with
     ``find_spec``, which does not run them); a module that is not found here but
     lies in ``launch_dir`` (a reward file beside the config) is allowed from there.
+    Hidden files (``hide_from_workers``) are left out of every root.
     """
     readable = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *SYSTEM_READ_PATHS}
     for name in ("lit_rlvr", *modules):
@@ -153,7 +179,8 @@ def read_roots(modules: Sequence[str], extra: Sequence[str], launch_dir: str) ->
             readable.add(root)
     readable.update(os.path.abspath(p) for p in extra)
     listable = {os.path.abspath(p or ".") for p in sys.path} | {launch_dir}
-    return sorted(p for p in readable if os.path.exists(p)), sorted(p for p in listable if os.path.isdir(p))
+    allowed = {q for p in readable if os.path.exists(p) for q in _without(p, sorted(_HIDDEN))}
+    return sorted(allowed), sorted(p for p in listable if os.path.isdir(p))
 
 
 def apply_reward_sandbox(functions: Sequence[_HasWorkerCallers], settings: RewardSandbox, processes: int = 1) -> str:
