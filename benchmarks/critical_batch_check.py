@@ -26,12 +26,13 @@ from lit_rlvr.bench.result_report import runs_from_results  # noqa: E402
 from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
 from lit_rlvr.group_records import read_groups  # noqa: E402
 from lit_rlvr.levers import preselect, refill, smaller_batch  # noqa: E402
-from lit_rlvr.selection_report import zero_variance  # noqa: E402
+from lit_rlvr.selection_report import selection_stats, zero_variance  # noqa: E402
 from lit_rlvr.update.noise_scale import ADAM_WARMUP_STEPS, run_noise_scale  # noqa: E402
 
 METRIC = "heldout_prompts/pass@1"
 REFILL = ("dynamic_sampling", "greso")
 PRESELECT = ("mopps", "dps", "leeps")
+HISTORY = ("greso+skip",)  # pre-selection predicted at f' of history-based skipping on GRPO's own records
 HALF = {"grpo+b4": 2, "grpo+b2": 4}  # GRPO at 1/k of the prompt batch (B = 8)
 NOT_MODELLED = ("vigor", "sara", "sara_dps", "pods", "arrol", "oc_grpo")
 
@@ -98,9 +99,22 @@ def to_target(grid: Path, target: float) -> dict[str, dict[str, float]]:
     return out
 
 
-def prediction(strategy: str, grid: Path, noise: dict) -> tuple[float, str]:
+def history_share(noise_dir: Path) -> float:
+    """f' of skipping every prompt zero-variance at its previous visit, from the GRPO cells' records (seed mean):
+    the share the end-of-fit summary's "history-based skipping" lever uses."""
+    shares = [selection_stats(read_groups(p)).history_share for p in sorted(noise_dir.glob("grpo_seed*.groups.csv"))]
+    return sum(shares) / len(shares) if shares else math.nan
+
+
+def prediction(strategy: str, grid: Path, noise: dict, noise_dir: Path | None = None) -> tuple[float, str]:
     """(predicted ratio to GRPO, how) for ``strategy``; NaN when the model has no lever for it."""
     x, f = noise["x"], noise["f"]
+    if strategy in HISTORY and noise_dir is not None:
+        f_hist = history_share(noise_dir)
+        shares = [informative_share(p) for p in sorted(grid.glob(f"{strategy}_seed*.json"))]
+        f_cells = sum(shares) / len(shares) if shares else math.nan
+        return preselect(x, f, f_hist), (f"history-based skipping, f' = {f_hist:.2f} from GRPO's records (the cells "
+                                         f"reached f' = {f_cells:.2f}; the model at that f': {preselect(x, f, f_cells):.2f})")
     if strategy in HALF:
         return smaller_batch(x, HALF[strategy]), f"1/{HALF[strategy]} batch"
     if strategy in REFILL:
@@ -126,6 +140,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", type=Path, required=True)
     ap.add_argument("--noise", type=Path, required=True)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="folder of the GRPO cells the ratios are paired with (default: the grid's own); the "
+                         "committed grid, when the grid folder holds only some GRPO seeds")
     ap.add_argument("--targets", type=float, nargs="+", default=[0.5, 0.6])
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
@@ -138,13 +155,15 @@ def main(argv=None) -> None:
     rows = []
     for target in args.targets:
         times = to_target(args.grid, target)
+        if args.baseline is not None:
+            times["grpo"] = to_target(args.baseline, target).get("grpo", {})
         lines += [f"### Rollouts to {target:.2f} held-out, × GRPO's", "",
                   "| strategy | lever | predicted | measured (mean ± sd, seeds) | score |", "|---|---|---:|---:|---|"]
         right = made = 0
-        for strategy in sorted(times, key=lambda s: (s not in HALF, s not in REFILL, s not in PRESELECT, s)):
+        for strategy in sorted(times, key=lambda s: (s not in HALF, s not in REFILL, s not in PRESELECT + HISTORY, s)):
             if strategy == "grpo":
                 continue
-            pred, how = prediction(strategy, args.grid, noise)
+            pred, how = prediction(strategy, args.grid, noise, args.noise)
             ratios = paired_ratios(times[strategy], times.get("grpo", {}))
             m = stat(ratios)
             reached = sum(math.isfinite(v) for v in times[strategy].values())
