@@ -16,6 +16,7 @@ from lit_rlvr.callbacks import ARRoL, DynamicSampling, FixedGroupAllocator, PODS
 from lit_rlvr.callbacks.arrol import default_detect_tokens, keep_count
 from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
 from lit_rlvr.cli import main
+from lit_rlvr.selection import RolloutAllocator, check_composition
 from lit_rlvr.types import Completion
 from tests.callbacks.fixtures import make_pool
 from tests.callbacks.test_integration import _assert_same
@@ -258,6 +259,18 @@ def test_setup_rejects_bad_flags_and_allocators_it_cannot_compose_with():
         _setup(ARRoL(detect_tokens=4), ok)
     with pytest.raises(ValueError, match="survivors"):
         ARRoL(survivors="best")
+
+
+def test_the_start_up_composition_check_refuses_a_pruner_beside_an_allocator_that_plans_shares():
+    """The refusal is the contract's general pairwise check (the module's first start-up check), in
+    either list order; the allocator base carries no field for it."""
+    with pytest.raises(ValueError, match=r"VIGOR and ARRoL do not compose: ARRoL prunes .* VIGOR allocates a share.*Remove one of them"):
+        check_composition([VIGOR(), ARRoL(detect_tokens=4)])
+    with pytest.raises(ValueError, match=r"ARRoL and SARA do not compose: .*Remove one of them from trainer.callbacks"):
+        check_composition([ARRoL(detect_tokens=4), SARA()])
+    check_composition([DynamicSampling(), ARRoL(detect_tokens=4), PODS(num_keep=4)])
+    check_composition([VIGOR(), PODS(num_keep=4)])
+    assert not [n for n in vars(RolloutAllocator) if "whole" in n]
 
 
 # --------------------------------------------------------------------------- real fits of the tiny model
