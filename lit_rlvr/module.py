@@ -193,9 +193,8 @@ class GRPOModule(PolicyModule):
             pool.context = self.step_context()  # as Lightning's pre-rollout hooks saw it (on_before_batch_transfer)
             drawer = self._prompt_drawer(pool, rank)
             any_rank = self._any_rank if in_lockstep(self.policy) else None  # FSDP2: sharded generation is a collective
-            batch, stats = self.rollout_loop.run(
-                pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer,
-                any_rank, pruner=next(iter(self._selectors(RolloutPruner)), None),
+            batch, stats = self.rollout_loop.run(  # step, seed, rank and G: pool.context
+                pool, self._allocator(), drawer, any_rank, pruner=next(iter(self._selectors(RolloutPruner)), None),
             )
             return revise(next(iter(self._selectors(GroupReviser)), None), self._trainer, self, batch, stats), stats
 
@@ -212,7 +211,7 @@ class GRPOModule(PolicyModule):
         def draw(n: int) -> PromptPool:
             exclude = torch.cat(used)
             n = min(n, datamodule.num_train - len(torch.unique(exclude)))
-            fresh = datamodule.draw(n, key=(step * 4096 + rank) * 1_000_003 + len(exclude), exclude=exclude)
+            fresh = datamodule.draw(n, key=derive_seed("draw", step=step, rank=rank, drawn=len(exclude)), exclude=exclude)
             used.append(fresh.ids)
             return fresh
 

@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.loggers": 1,
     "lit_rlvr.voting": 1,
     "lit_rlvr.curves": 1,
+    "lit_rlvr.seeds": 1,
     # 2. rollout: engines and the rollout loop (stages 2-3b).
     "lit_rlvr.rollout": 2,
     # 3. trainers: the LightningModules, the update, and what runs beside them.

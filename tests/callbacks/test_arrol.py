@@ -18,7 +18,7 @@ from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, 
 from lit_rlvr.cli import main
 from lit_rlvr.selection import RolloutAllocator, check_composition
 from lit_rlvr.types import Completion
-from tests.callbacks.fixtures import make_pool
+from tests.callbacks.fixtures import make_pool, with_context
 from tests.callbacks.test_integration import _assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,11 +190,12 @@ def _partial(pool, groups, step=30, hidden_dim=4):
         rewards += [float("nan") if r is None else r for r in rs]
     n = len(rewards)
     finished = torch.tensor([r == r for r in rewards])
+    with_context(pool, group_size=len(next(iter(groups.values()))), step=step, seed=0)
     return PartialRollouts(
         pool=pool, prompt_index=torch.tensor(prompt_index), prompt_token_ids=[[1, 2]] * n,
         completions=[Completion([3] * 4, [0.0] * 4, "stop" if f else "length") for f in finished.tolist()],
         finished=finished, rewards=torch.tensor(rewards), hidden=torch.randn(n, hidden_dim, generator=torch.Generator().manual_seed(step)),
-        step=step, seed=0, round=0, group_size=len(next(iter(groups.values()))),
+        round=0,
     )
 
 
@@ -224,7 +225,7 @@ def test_cold_start_and_random_control_keep_seeded_random_subsets_of_the_same_si
     assert cold.cold(2) and control.cold(100) and not ARRoL(detect_tokens=4, cold_start_steps=5).cold(5)
     draws = set()
     for step in range(12):
-        partial.step = step
+        with_context(pool, group_size=8, step=step)
         keep = control.prune(partial)
         assert int(keep.sum()) == 4
         draws.add(tuple(keep.tolist()))
