@@ -8,7 +8,7 @@ The values are those the trainer has always used, so runs reproduce theirs.
 
 Selection methods derive their seeds with ``selection_toolkit.seed_value`` / ``seeded_generator``
 (a hash of run seed, step, prompt id and salt); this module is for the core: the rollout loop,
-pruning, evaluation and the module's refill draws.
+pruning, evaluation, the vLLM engine and the module's refill draws.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ RECIPES: dict[str, Recipe] = {
     "continuation": Recipe({"seed": 31}, offset=17),
     # held-out evaluation's sampled decoding: the run seed plus the validation batch index
     "evaluation": Recipe({"seed": 1, "batch": 1}, modulus=None),
+    # the vLLM engine's own seed: one replica per rank
+    "engine": Recipe({"seed": 1, "rank": 1}, modulus=None),
+    # the vLLM engine's per-request seed: a sampling seed plus the samples before the request in its call
+    "sample": Recipe({"seed": 1, "sample": 1}, modulus=None),
     # the module's refill draws (the data module's ``draw`` key): per step, rank and prompts used so far
     "draw": Recipe({"step": 4096 * 1_000_003, "rank": 1_000_003, "drawn": 1}, modulus=None),
 }
