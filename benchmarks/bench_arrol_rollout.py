@@ -64,7 +64,7 @@ def main() -> None:
                   f"rollouts in batch {len(batch)}, pruned {stats.extra.get('rollouts_pruned', 0):.0f}", flush=True)
     if args.step_cost:  # is a decode step's cost proportional to the rows in it?
         from lit_rlvr.rollout.base import GenerationRequest
-        from lit_rlvr.rollout.loop import render_prompt
+        from lit_rlvr.prompts import render_prompt
 
         prompt = render_prompt(tok, dm.pool(0).messages[0])
         for rep in range(2):

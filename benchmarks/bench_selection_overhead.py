@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from lit_rlvr.callbacks.base import RolloutState, group_observations
+from lit_rlvr.selection import RolloutState, group_observations
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling
 from lit_rlvr.callbacks.greso import GRESO
 from lit_rlvr.callbacks.pods import PODS

@@ -77,6 +77,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.runs": 5,
     "lit_rlvr.config_checks": 5,
     "lit_rlvr.selection_report": 5,
+    "lit_rlvr.report_figure": 5,
     "lit_rlvr.levers": 5,
     "lit_rlvr.cli_help": 5,
     "lit_rlvr.cli_errors": 5,

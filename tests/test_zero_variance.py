@@ -12,7 +12,7 @@ import torch
 
 from lit_rlvr.accounting import step_metrics
 from lit_rlvr.advantages import grpo_advantages, zero_variance_groups
-from lit_rlvr.callbacks.base import RolloutState, group_observations
+from lit_rlvr.selection import RolloutState, group_observations
 from lit_rlvr.callbacks.dps import observed_state
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling, effective_groups
 from tests.callbacks.fixtures import make_batch, make_pool, with_context

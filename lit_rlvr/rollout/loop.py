@@ -7,19 +7,18 @@ With a rollout pruner (ARRoL) each round is ``rollout.pruning.run_pruned_round``
 generate to ``detect_tokens``, prune, continue the survivors (stage 2b).
 
 The loop knows the selection contract (``lit_rlvr.selection``) and the records
-(``lit_rlvr.types``), never a method. Prompt rendering is ``lit_rlvr.prompts``; its names
-and ``RolloutStats`` are re-exported here so older imports keep working.
+(``lit_rlvr.types``), never a method. Prompt rendering is ``lit_rlvr.prompts``.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import torch
 
-from lit_rlvr.prompts import encode_prompt_text, render_prompt, render_prompt_text, render_prompts
+from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rewards.base import RewardResult, RewardScorer
 from lit_rlvr.rollout.base import GenerationRequest, RolloutEngine, SamplingConfig
 from lit_rlvr.rollout.generate_score import generate_and_score
@@ -28,15 +27,7 @@ from lit_rlvr.seeds import derive_seed
 from lit_rlvr.selection import RolloutAllocator, RolloutPruner
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch, RolloutState, RolloutStats, StepContext
 
-__all__ = [
-    "RolloutLoop",
-    "RolloutStats",
-    "encode_prompt_text",
-    "flatten",
-    "render_prompt",
-    "render_prompt_text",
-    "render_prompts",
-]
+__all__ = ["RolloutLoop"]
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +202,3 @@ class RolloutLoop:
                 generate_and_score(self.engine, self.scorer, state.pool, [], [], self.sampling)
             else:
                 run_pruned_round(self.engine, self.tokenizer, self.scorer, pruner, PlannedRound(state.pool, [], [], self.sampling, state.round), any_rank)
-
-
-def flatten(nested: Sequence[Sequence[Completion]]) -> list[Completion]:
-    return [c for group in nested for c in group]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_rlvr.callbacks.base import RolloutState
+from lit_rlvr.selection import RolloutState
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling, effective_groups, refill_size
 from lit_rlvr.callbacks.greso import GRESO, seeded_uniform
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from lit_rlvr.callbacks.base import RolloutState
+from lit_rlvr.selection import RolloutState
 from lit_rlvr.callbacks.sara import _COMPLETE, SARA, beta_moment, predicted_effectiveness
 from tests.callbacks.fixtures import make_batch, make_pool, with_context
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lit_rlvr.callbacks.base import RolloutState
+from lit_rlvr.selection import RolloutState
 from lit_rlvr.callbacks.vigor import VIGOR, vigor_budget_per_prompt
 from lit_rlvr.types import PromptPool
 from tests.callbacks.fixtures import with_context
