@@ -37,6 +37,7 @@ from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rewards.sandbox_settings import RewardSandbox
 from lit_rlvr.settings import EvalSettings, LossSettings, NoiseScaleSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.rollout.revise import revise
+from lit_rlvr.seeds import derive_seed
 from lit_rlvr.sharding import ShardingSettings, in_lockstep
 from lit_rlvr.types import PromptPool, RolloutBatch, RolloutStats, StepContext
 from lit_rlvr.update import Updater
