@@ -24,6 +24,7 @@ from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
 from lit_rlvr.rewards import ReasoningGymReward, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.loop import RolloutLoop
+from lit_rlvr.types import StepContext
 
 
 def main() -> None:
@@ -51,7 +52,9 @@ def main() -> None:
     for rep in range(args.reps):
         for name in ("grpo", "arrol") if rep % 2 == 0 else ("arrol", "grpo"):
             t0 = time.perf_counter()
-            batch, stats = loop.run(dm.pool(rep), FixedGroupAllocator(), r["num_generations"], rep, 0, pruner=pruner if name == "arrol" else None)
+            pool = dm.pool(rep)
+            pool.context = StepContext(step=rep, seed=0, group_size=r["num_generations"])  # the round seeds' parts
+            batch, stats = loop.run(pool, FixedGroupAllocator(), pruner=pruner if name == "arrol" else None)
             wall = time.perf_counter() - t0
             pruned_tokens = stats.extra.get("tokens_pruned", 0.0)
             generated = float(batch.completion_lengths.sum()) + pruned_tokens
@@ -61,7 +64,7 @@ def main() -> None:
                   f"rollouts in batch {len(batch)}, pruned {stats.extra.get('rollouts_pruned', 0):.0f}", flush=True)
     if args.step_cost:  # is a decode step's cost proportional to the rows in it?
         from lit_rlvr.rollout.base import GenerationRequest
-        from lit_rlvr.rollout.loop import render_prompt
+        from lit_rlvr.prompts import render_prompt
 
         prompt = render_prompt(tok, dm.pool(0).messages[0])
         for rep in range(2):

@@ -50,7 +50,7 @@ def load() -> tuple[Any, Any, list[list[int]]]:
     same model in every process, so the engines' completions can be compared across processes."""
     from lit_rlvr.data import PromptDataModule, ReasoningGymSource
     from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
-    from lit_rlvr.rollout.loop import render_prompts
+    from lit_rlvr.prompts import render_prompts
 
     torch.manual_seed(0)  # peft draws LoRA A from the global generator: unseeded, each process sampled another model
     model, tok = load_policy(PolicyConfig(name_or_path="smollm2-135m-instruct", lora=LoraSettings(r=16, alpha=32)))

@@ -29,11 +29,11 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from lit_rlvr.callbacks.base import RolloutState, group_observations
+from lit_rlvr.selection import RolloutState, group_observations
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling
 from lit_rlvr.callbacks.greso import GRESO
 from lit_rlvr.callbacks.pods import PODS
-from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+from lit_rlvr.types import Completion, PromptPool, RolloutBatch, StepContext
 
 _COMPLETION = Completion([1], [0.0], "stop")
 
@@ -45,7 +45,8 @@ def make_pool(ids: np.ndarray, batch_size: int) -> PromptPool:
 
 def simulate_step(ds, pool, group_size, step, seed, success, rng):
     """Drive ``ds`` like RolloutLoop.run with simulated rewards; returns (batch, seconds in plan)."""
-    state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed)
+    pool.context = StepContext(step=step, seed=seed, group_size=group_size)  # what the rollout loop reads
+    state = RolloutState(pool=pool)
     plan_s = 0.0
     rows_prompt, rows_round, rewards = [], [], []
     while True:

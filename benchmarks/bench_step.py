@@ -51,7 +51,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 import torch
 
-from lit_rlvr.callbacks.base import SelectionCallback
+from lit_rlvr.selection import SelectionCallback
 from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
 from lit_rlvr.data import PromptDataModule, ReasoningGymSource
 from lit_rlvr.losses import token_logprobs

@@ -215,7 +215,7 @@ def run_lit(args: argparse.Namespace) -> dict[str, Any]:
                 "dtype": str(next(policy.parameters()).dtype),
                 "torch_threads": torch.get_num_threads(),
             }
-            from lit_rlvr.rollout.loop import render_prompt
+            from lit_rlvr.prompts import render_prompt
 
             self.info["prompt_token_ids_step0"] = [
                 render_prompt(pl_module.tokenizer, p["messages"]) for p in steps_prompts[0]

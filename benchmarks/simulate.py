@@ -33,7 +33,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lit_rlvr.bench.report import find_runs, markdown_table, summarize  # noqa: E402
-from lit_rlvr.bench.simulator import DEFAULT_STRATEGIES, SimConfig, simulate  # noqa: E402
+from lit_rlvr.bench.sim import DEFAULT_STRATEGIES, SimConfig, simulate  # noqa: E402
 
 QUICK = {"num_prompts": 2_000, "num_val": 500, "batch_size": 32, "steps": 200, "max_rollouts": 30_000, "eta": 0.05}
 

@@ -63,6 +63,13 @@ LightningCLI subcommands: ``main`` hands the arguments after the name to the fun
 then (``lit-rlvr fit`` loads none of them). Each function parses its own arguments (``--help``)."""
 
 
+def subcommands_help() -> str:
+    """The top-level help's section on the user tools: one line each, from ``SUBCOMMANDS``."""
+    width = max(map(len, SUBCOMMANDS)) + 2
+    lines = [f"    {name:<{width}}{help_line}" for name, (_, help_line) in SUBCOMMANDS.items()]
+    return "\nuser tools:\n  lit-rlvr TOOL --help shows each one's options.\n\n" + "\n".join(lines) + "\n"
+
+
 def run_subcommand(name: str, args: list[str]) -> Any:
     """Run the user tool ``name`` of ``SUBCOMMANDS`` on ``args`` (the arguments after its name)."""
     import importlib
@@ -87,9 +94,11 @@ class LitRLVRParser(LightningArgumentParser):
         super().error(f"{message}\n{line}" if line else message, ex)
 
     def format_help(self) -> str:
-        """The fit help, with the options of the model and data classes in use (``lit_rlvr.cli_help``)."""
+        """The fit help, with the options of the model and data classes in use (``lit_rlvr.cli_help``);
+        the top-level help (``lit-rlvr --help``) also lists the user tools of ``SUBCOMMANDS``."""
         args = getattr(self, "_lit_rlvr_args", None)
-        return super().format_help() if args is None else with_class_options(super().format_help(), args)
+        text = super().format_help() if args is None else with_class_options(super().format_help(), args)
+        return text + subcommands_help() if self._subcommands_action is not None else text
 
 
 class LitRLVRCLI(LightningCLI):

@@ -37,6 +37,7 @@ from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rewards.sandbox_settings import RewardSandbox
 from lit_rlvr.settings import EvalSettings, LossSettings, NoiseScaleSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.rollout.revise import revise
+from lit_rlvr.seeds import derive_seed
 from lit_rlvr.sharding import ShardingSettings, in_lockstep
 from lit_rlvr.types import PromptPool, RolloutBatch, RolloutStats, StepContext
 from lit_rlvr.update import Updater
@@ -197,9 +198,8 @@ class GRPOModule(PolicyModule):
             pool.context = self.step_context()  # as Lightning's pre-rollout hooks saw it (on_before_batch_transfer)
             drawer = self._prompt_drawer(pool, rank)
             any_rank = self._any_rank if in_lockstep(self.policy) else None  # FSDP2: sharded generation is a collective
-            batch, stats = self.rollout_loop.run(
-                pool, self._allocator(), self.rollout_settings.num_generations, self.steps_done, self.seed, rank, drawer,
-                any_rank, pruner=next(iter(self._selectors(RolloutPruner)), None),
+            batch, stats = self.rollout_loop.run(  # step, seed, rank and G: pool.context
+                pool, self._allocator(), drawer, any_rank, pruner=next(iter(self._selectors(RolloutPruner)), None),
             )
             return revise(next(iter(self._selectors(GroupReviser)), None), self._trainer, self, batch, stats), stats
 
@@ -216,7 +216,7 @@ class GRPOModule(PolicyModule):
         def draw(n: int) -> PromptPool:
             exclude = torch.cat(used)
             n = min(n, datamodule.num_train - len(torch.unique(exclude)))
-            fresh = datamodule.draw(n, key=(step * 4096 + rank) * 1_000_003 + len(exclude), exclude=exclude)
+            fresh = datamodule.draw(n, key=derive_seed("draw", step=step, rank=rank, drawn=len(exclude)), exclude=exclude)
             used.append(fresh.ids)
             return fresh
 

@@ -38,7 +38,7 @@ from lit_rlvr.callbacks.oc_fixed import GUIDED_KEY
 from lit_rlvr.callbacks.oc_guidance import FRACTIONS, climb_cascade, guided_messages, solution_prefix
 from lit_rlvr.callbacks.oc_grpo import guided_attempts
 from lit_rlvr.selection import FixedGroupAllocator, seed_value
-from lit_rlvr.types import RolloutStats
+from lit_rlvr.types import RolloutStats, StepContext
 
 __all__ = ["harvest", "load_fit", "main", "write_dataset"]
 
@@ -82,7 +82,8 @@ def harvest(
         chunk = todo[start : start + batch]
         pool = data.collate_val(chunk)  # batch_size = len(chunk): every prompt gets n samples
         step = int(chunk[0].id)  # sampling seeds keyed on the chunk's first prompt: a rerun repeats them
-        rolled, stats = module.rollout_loop.run(pool, FixedGroupAllocator(), n, step, seed, 0)  # [len(chunk)·n] rows
+        pool.context = StepContext(step=step, seed=seed, rank=0, group_size=n)  # the round seeds' parts
+        rolled, stats = module.rollout_loop.run(pool, FixedGroupAllocator())  # [len(chunk)·n] rows
         correct = _correct(rolled.reward_components, name)
         groups = rolled.group_indices()  # pool index -> [n] rows
         solved_plain = {p: sum(correct[r] for r in rows.tolist()) for p, rows in groups.items()}

@@ -92,6 +92,20 @@ def run_file(run: PathLike, version: Optional[int] = None) -> Path:
     return found[0]
 
 
+def which_run(run: PathLike, version: Optional[int] = None, *, tool: str) -> str:
+    """One line: the version folder ``lit-rlvr <tool>`` reads for ``run`` (``run_file``) and how to pick another."""
+    from lit_rlvr.console import show_path
+
+    folder = Path(run)
+    if (folder / "metrics.csv").is_file():
+        return f"read {show_path(folder)} (a version folder, named on the command line)"
+    chosen = run_file(run, version).parent
+    versions = [p.parent.name for p in metrics_files(run)]
+    how = "named by --version" if version is not None else f"the newest of {len(versions)}: {', '.join(versions)}"
+    other = f"; another: lit-rlvr {tool} {run} --version N" if len(versions) > 1 else ""
+    return f"read {show_path(chosen)} ({how}{other})"
+
+
 def heldout(rows: list[Row]) -> list[tuple[int, Row, bool]]:
     """Held-out evaluations as ``(steps done, {val/...: value}, before training)``.
 

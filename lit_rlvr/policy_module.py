@@ -41,10 +41,12 @@ from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rewards.base import RewardResult
 from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
-from lit_rlvr.rollout import SamplingConfig, build_engine
+from lit_rlvr.rollout import GenerationRequest, SamplingConfig, build_engine
+from lit_rlvr.rollout.generate_score import generate_and_score
 from lit_rlvr.rollout.hidden import final_token_states, last_hidden_states
-from lit_rlvr.rollout.loop import RolloutLoop, flatten, generate_for_eval
+from lit_rlvr.rollout.loop import RolloutLoop
 from lit_rlvr.rollout.revise import generate_scored
+from lit_rlvr.seeds import derive_seed
 from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, in_lockstep, is_sharded, max_over_ranks, reshard, shard_policy, unsharded_for_export
 from lit_rlvr.types import Completion, PromptPool, RolloutStats
 
@@ -276,16 +278,14 @@ class PolicyModule(pl.LightningModule):
         """Validation's sampled decoding (mean@k; ``lit_rlvr.arrol_vote``): its temperature, cap and seed."""
         e = self.eval_settings
         max_new = e.max_new_tokens or self.rollout_settings.max_new_tokens
-        return SamplingConfig(e.temperature, 1.0, max_new, seed=self.seed + batch_idx)
+        return SamplingConfig(e.temperature, 1.0, max_new, seed=derive_seed("evaluation", seed=self.seed, batch=batch_idx))
 
     @torch.no_grad()
     def sample_and_score(self, pool: PromptPool, sampling: SamplingConfig, n: int) -> tuple[list[Completion], torch.Tensor]:
         """n completions per prompt ([P·n], prompt-major) and their float correctness [P·n] (the accuracy reward)."""
-        completions = flatten(generate_for_eval(self.engine, self.tokenizer, pool, sampling, n))
-        answers = [a for a in pool.answers for _ in range(n)]
-        metadata = [m for m in pool.metadata for _ in range(n)]
-        result = self.scorer.score([c.text for c in completions], answers, metadata)
-        return completions, self._correct(result.components, len(completions)).float()
+        requests = [GenerationRequest(render_prompt(self.tokenizer, m), n) for m in pool.messages]
+        out = generate_and_score(self.engine, self.scorer, pool, requests, range(len(pool)), sampling)  # one engine call
+        return out.completions, self._correct(out.result.components, len(out.completions)).float()
 
     def on_train_start(self) -> None:
         """With evaluation.before_training, log held-out accuracy at step 0 (Lightning's sanity check logs nothing)."""

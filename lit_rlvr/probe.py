@@ -48,15 +48,17 @@ def pass_rates(model: Any, tokenizer: Any, dm: Any, records: Sequence[Any], rewa
     from lit_rlvr.prompts import render_prompt
     from lit_rlvr.rewards.base import RewardScorer
     from lit_rlvr.rollout import GenerationRequest, HFEngine, SamplingConfig
+    from lit_rlvr.rollout.generate_score import generate_and_score
+    from lit_rlvr.types import PromptPool
 
     if temperature is None:
         group_size, temperature = 1, 0.0
-    requests = [GenerationRequest(render_prompt(tokenizer, dm.messages_for(r.question)), group_size) for r in records]
-    groups = HFEngine(model, tokenizer).generate(requests, SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens))
-    texts = [c.text for g in groups for c in g]  # prompt-major, group_size each
-    answers = [r.answer for r in records for _ in range(group_size)]
-    metadata = [r.metadata for r in records for _ in range(group_size)]
-    scores = RewardScorer([reward]).score(texts, answers, metadata).components[reward.name]  # [N·G]
+    pool = PromptPool(ids=[int(r.id) for r in records], messages=[dm.messages_for(r.question) for r in records],
+                      answers=[r.answer for r in records], metadata=[r.metadata for r in records], batch_size=len(records))
+    requests = [GenerationRequest(render_prompt(tokenizer, m), group_size) for m in pool.messages]
+    out = generate_and_score(HFEngine(model, tokenizer), RewardScorer([reward]), pool, requests, range(len(pool)),
+                             SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens))  # prompt-major
+    scores = out.result.components[reward.name]  # [N·G]
     return ((scores >= 1.0).float().view(len(records), group_size).mean(dim=1)).tolist()
 
 

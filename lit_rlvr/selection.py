@@ -3,7 +3,8 @@
 This module is the contract alone: the stage bases, the plumbing every method shares (state
 saved and loaded strictly from its declared ``state_names``, metrics checked against its declared
 ``metric_names``) and the one composition check (``check_composition``: at most one allocator,
-pruner and reviser per run). The helpers methods share (seeds, ranks, top-B, per-prompt tables,
+pruner and reviser per run, and no pair one of whose selectors refuses the other in its
+``composition_conflict``). The helpers methods share (seeds, ranks, top-B, per-prompt tables,
 posteriors) are in ``lit_rlvr.selection_toolkit`` and re-exported here; the records the hooks
 receive are in ``lit_rlvr.types``; the methods themselves are in ``lit_rlvr.callbacks``. It sits
 at the bottom of the layers (docs/architecture.md): the rollout loop and the module import it,
@@ -77,6 +78,7 @@ __all__ = [
     "SelectionCallback",
     "TokenWeighter",
     "check_composition",
+    "pruner_conflict",
     "data_order_generator",
     "data_epoch",
     "gather_rows",
@@ -122,7 +124,16 @@ class SelectionCallback(pl.Callback):
         """Called once at fit start with every selector of the run, to validate a composition.
 
         Raise ``ValueError`` naming both parts and the fix for a combination that makes no sense.
+        A refusal that only depends on the other selector's kind belongs in ``composition_conflict``.
         """
+
+    def composition_conflict(self, other: "SelectionCallback") -> Optional[str]:
+        """Why this selector does not compose with ``other`` (None: it does); asked by ``check_composition``.
+
+        The start-up check asks both selectors of every pair and fails with
+        "<first> and <second> do not compose: <reason>. Remove one of them from trainer.callbacks".
+        """
+        return None
 
     @property
     @override
@@ -235,9 +246,6 @@ class RolloutAllocator(SelectionCallback):
     """
 
     max_rounds: int = 1
-    plans_whole_groups: bool = False
-    """True when every round plans G (``state.group_size``) or 0 rollouts per prompt, never a
-    share of a group: a rollout pruner (ARRoL) can then prune each round's groups to K·G."""
 
     def plan(self, state: RolloutState) -> torch.Tensor:
         """[P] int64 more rollouts per pool prompt this round; all zeros ends the step's rollout."""
@@ -248,7 +256,6 @@ class FixedGroupAllocator(RolloutAllocator):
     """The default (plain GRPO): the first B eligible prompts get G rollouts each, in one round."""
 
     max_rounds = 1
-    plans_whole_groups = True
 
     @override
     def plan(self, state: RolloutState) -> torch.Tensor:
@@ -348,7 +355,8 @@ _AT_MOST_ONE = (
 
 
 def check_composition(selectors: Sequence[SelectionCallback]) -> None:
-    """Raise ``ValueError`` when a run has two selectors of a stage that takes at most one.
+    """Raise ``ValueError`` when a run has two selectors of a stage that takes at most one, or a pair
+    of selectors one of which refuses the other (``composition_conflict``; the message names both).
 
     ``GRPOModule.on_fit_start`` calls it with every selector of the run before each one's
     ``setup_selection``; the pruner and reviser bases call it again from theirs, so a selector
@@ -359,3 +367,25 @@ def check_composition(selectors: Sequence[SelectionCallback]) -> None:
         if len(found) > 1:
             names = " and ".join(type(s).__name__ for s in found)
             raise ValueError(f"{names} are both {plural}, and a run has at most one: remove one of them from trainer.callbacks")
+    for i, first in enumerate(selectors):
+        for second in selectors[i + 1 :]:
+            reason = first.composition_conflict(second) or second.composition_conflict(first)
+            if reason:
+                raise ValueError(
+                    f"{type(first).__name__} and {type(second).__name__} do not compose: {reason}. "
+                    f"Remove one of them from trainer.callbacks"
+                )
+
+
+def pruner_conflict(allocator: RolloutAllocator, other: SelectionCallback) -> Optional[str]:
+    """``composition_conflict`` of an allocator that plans a share of a group per round (VIGOR, SARA):
+    a rollout pruner, which cuts each round's rollouts at ``detect_tokens``, would undo its allocation."""
+    if not isinstance(other, RolloutPruner):
+        return None
+    name, pruner = type(allocator).__name__, type(other).__name__
+    return (
+        f"{pruner} prunes each round's group of G rollouts at detect_tokens, but {name} allocates a share of a "
+        f"group per round from the rewards so far, so pruning would undo its allocation ({pruner} composes with "
+        f"allocators that plan whole groups: the fixed-G default and DynamicSampling; and with pre-rollout "
+        f"selectors and PODS)"
+    )

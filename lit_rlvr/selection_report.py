@@ -31,7 +31,8 @@ from typing import Any, Optional, Sequence
 
 from lit_rlvr.advantages import is_zero_variance
 from lit_rlvr.group_records import FILE_NAME, GroupRecord, GroupRecorder, read_groups
-from lit_rlvr.plot import Row, metrics_files, read_run, run_file
+from lit_rlvr.plot import Row, read_run, run_file, which_run
+from lit_rlvr.report_figure import plot_report
 
 __all__ = [
     "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "MEASURED_CAVEAT", "EpochShares",
@@ -398,7 +399,7 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
 
     rows = read_run(metrics)
     s, oracle = selection_stats(read_groups(groups)), oracle_ratio(rows)
-    png = _plot(s, rows, folder / REPORT_PNG)
+    png = plot_report(s.epochs, _curves(rows), folder / REPORT_PNG)
     lines = [
         f"# Selection report: {folder}", "",
         f"{s.rollouts} rollouts in {s.groups} groups over {len(s.epochs)} epoch(s). "
@@ -438,51 +439,6 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     return md, png
 
 
-def which_run(run: str | Path, version: Optional[int] = None) -> str:
-    """One line: the version folder ``write_report`` reads for ``run`` and how to pick another."""
-    from lit_rlvr.console import show_path
-
-    folder = Path(run)
-    if (folder / "metrics.csv").is_file():
-        return f"read {show_path(folder)} (a version folder, named on the command line)"
-    chosen = run_file(run, version).parent
-    versions = [p.parent.name for p in metrics_files(run)]
-    how = "named by --version" if version is not None else f"the newest of {len(versions)}: {', '.join(versions)}"
-    other = f"; another: lit-rlvr report {run} --version N" if len(versions) > 1 else ""
-    return f"read {show_path(chosen)} ({how}{other})"
-
-
-def _plot(s: SelectionStats, rows: list[Row], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    labels = ["?" if e.epoch is None else str(e.epoch) for e in s.epochs]
-    right = [100 * e.all_right for e in s.epochs]
-    wrong = [100 * e.all_wrong for e in s.epochs]
-    a.bar(labels, right, color="#2ca02c", label="zero-variance, all right")
-    a.bar(labels, wrong, bottom=right, color="#d62728", label="zero-variance, all wrong")
-    a.plot(labels, [100 * e.after_zero_variance for e in s.epochs], "ko-", label="zero-variance at previous visit")
-    a.set(xlabel="epoch", ylabel="% of the epoch's rollouts", ylim=(0, 100), title="where the rollouts went")
-    a.legend(fontsize=8)
-    curve = _curves(rows)
-    if curve:
-        (x, y), (ox, oy), metric = curve
-        b.plot(x, y, "o-", color="#7f7f7f", label="this run")
-        b.plot(ox, oy, "s--", color="black", label="hindsight oracle")
-        b.set(xlabel="cumulative rollouts", ylabel=metric, title="held-out accuracy")
-        b.legend(fontsize=8)
-    else:
-        b.text(0.5, 0.5, "no held-out evaluations", ha="center", va="center", transform=b.transAxes)
-        b.set_axis_off()
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
-
-
 def _curves(rows: list[Row]):
     from lit_rlvr.curves import accuracy_curve
 
@@ -506,7 +462,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--version", type=int, default=None, help="report version_N (default: the latest)")
     args = parser.parse_args(argv)
     try:
-        print(f"lit-rlvr report: {which_run(args.run, args.version)}")
+        print(f"lit-rlvr report: {which_run(args.run, args.version, tool='report')}")
         md, png = write_report(args.run, args.version)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"lit-rlvr report: {e}") from None

@@ -202,12 +202,7 @@ class RolloutState:
     """What the rollout loop has generated so far this step, per pool prompt (P = len(pool))."""
 
     pool: PromptPool
-    group_size: int
-    """G, the configured rollouts per prompt (``module.num_generations``)."""
-    step: int
-    """Training step index (pools consumed before this one)."""
-    seed: int
-    """The run's seed, for ``seeded_generator``."""
+    """The step's pool; its ``context`` carries the step, seed and group size (read here as properties)."""
     round: int = 0
     """Generation rounds finished so far."""
     rewards: list[list[float]] = field(default_factory=list)
@@ -222,6 +217,21 @@ class RolloutState:
     def __post_init__(self) -> None:
         if not self.rewards:
             self.rewards = [[] for _ in range(len(self.pool))]
+
+    @property
+    def group_size(self) -> int:
+        """G, the configured rollouts per prompt (the pool's ``context.group_size``)."""
+        return self.pool.context.group_size
+
+    @property
+    def step(self) -> int:
+        """Training step index (pools consumed before this one; the pool's ``context.step``)."""
+        return self.pool.context.step
+
+    @property
+    def seed(self) -> int:
+        """The run's seed, for ``seeded_generator`` (the pool's ``context.seed``)."""
+        return self.pool.context.seed
 
     def carry(self, group: "CarriedGroup") -> int:
         """Append ``group``'s prompt to the pool with its earlier rollouts; returns its pool index.
@@ -321,10 +331,25 @@ class PartialRollouts:
     """[n] float32 true reward of finished rows; NaN for partial ones."""
     hidden: Optional[torch.Tensor]
     """[n, H] float32 last-layer hidden state at each row's last token, when the engine gave it (else None)."""
-    step: int
-    seed: int
-    round: int
-    group_size: int
+    round: int = 0
+    """Generation rounds finished before this one."""
+
+    @property
+    def context(self) -> StepContext:
+        """The step these rollouts are generated at (their pool's): step, seed, rank, group size."""
+        return self.pool.context
+
+    @property
+    def step(self) -> int:
+        return self.pool.context.step
+
+    @property
+    def seed(self) -> int:
+        return self.pool.context.seed
+
+    @property
+    def group_size(self) -> int:
+        return self.pool.context.group_size
 
     def __len__(self) -> int:
         return len(self.completions)

@@ -37,7 +37,7 @@ class DumpSelectorState(_pl.Callback):
         self.keeps[int(pl_module.steps_done)] = batch.ids[batch.keep].tolist()
 
     def on_train_end(self, trainer, pl_module) -> None:
-        from lit_rlvr.callbacks.base import SelectionCallback
+        from lit_rlvr.selection import SelectionCallback
 
         states = {type(cb).__name__: cb.state_dict() for cb in trainer.callbacks if isinstance(cb, SelectionCallback)}
         _os.makedirs(self.out_dir, exist_ok=True)
@@ -114,7 +114,7 @@ class RecordShardsAndGreedy(_pl.Callback):
         _torch.save(record, _os.path.join(self.out_dir, f"rank{trainer.global_rank}.pt"))
 
 
-from lit_rlvr.callbacks.base import SelectionCallback as _SelectionCallback
+from lit_rlvr.selection import SelectionCallback as _SelectionCallback
 
 
 class DumpSurvivors(_SelectionCallback):

@@ -2,7 +2,7 @@
 
 import os
 
-from lit_rlvr.callbacks.base import SelectionCallback
+from lit_rlvr.selection import SelectionCallback
 
 
 class SignalAfterRollout(SelectionCallback):

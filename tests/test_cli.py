@@ -53,7 +53,7 @@ def test_every_other_config_parses(capsys, config):
 
 def test_method_configs_instantiate_their_selectors():
     """Beyond parsing: the CLI builds each selector from its init_args (no fit)."""
-    from lit_rlvr.callbacks.base import SelectionCallback
+    from lit_rlvr.selection import SelectionCallback
     from lit_rlvr.cli import LitRLVRCLI
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.module import GRPOModule

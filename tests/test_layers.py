@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.loggers": 1,
     "lit_rlvr.voting": 1,
     "lit_rlvr.curves": 1,
+    "lit_rlvr.seeds": 1,
     # 2. rollout: engines and the rollout loop (stages 2-3b).
     "lit_rlvr.rollout": 2,
     # 3. trainers: the LightningModules, the update, and what runs beside them.
@@ -76,6 +77,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.runs": 5,
     "lit_rlvr.config_checks": 5,
     "lit_rlvr.selection_report": 5,
+    "lit_rlvr.report_figure": 5,
     "lit_rlvr.levers": 5,
     "lit_rlvr.cli_help": 5,
     "lit_rlvr.cli_errors": 5,

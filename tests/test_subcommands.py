@@ -49,6 +49,17 @@ def test_each_subcommand_answers_help_under_its_own_name(name, capsys):
     assert out.startswith(f"usage: lit-rlvr {name} ") and "-h, --help" in out
 
 
+def test_the_top_level_help_lists_every_user_tool_with_its_line(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "{fit,validate,test,predict}" in out  # the Trainer's subcommands, as before
+    tools = out[out.index("user tools:"):].splitlines()
+    for name, (_, help_line) in SUBCOMMANDS.items():
+        assert any(line.split() == [name, *help_line.split()] for line in tools), name
+
+
 def _committed_run(tmp_path: Path) -> Path:
     """The committed run laid out as a fit leaves it: <run>/csv/version_0/{metrics,groups}.csv."""
     version = tmp_path / "run" / "csv" / "version_0"

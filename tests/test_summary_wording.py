@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from lit_rlvr.cli import main
-from lit_rlvr.selection_report import MIN_REVISITS, oracle_ratio, selection_stats, verdict, which_run
+from lit_rlvr.plot import which_run
+from lit_rlvr.selection_report import MIN_REVISITS, oracle_ratio, selection_stats, verdict
 from lit_rlvr.summary import RunSummary
 from tests.test_selection_report import RECORDS, _train
 
@@ -67,9 +68,9 @@ def _versions(tmp_path, *names):
 def test_the_report_says_which_run_it_read_and_how_to_pick_another(tmp_path, capsys):
     # before: the newest version, silently
     _versions(tmp_path, "version_0", "version_1")
-    line = which_run(tmp_path)
+    line = which_run(tmp_path, tool="report")
     assert line.endswith(f"csv/version_1 (the newest of 2: version_0, version_1; another: lit-rlvr report {tmp_path} --version N)")
-    assert "(named by --version" in which_run(tmp_path, 0) and line.startswith("read ")
+    assert "(named by --version" in which_run(tmp_path, 0, tool="report") and line.startswith("read ")
     with pytest.raises(SystemExit):  # no groups.csv there; the line comes first
         main(["report", str(tmp_path)])
     assert "lit-rlvr report: read " in capsys.readouterr().out

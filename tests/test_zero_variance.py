@@ -12,10 +12,10 @@ import torch
 
 from lit_rlvr.accounting import step_metrics
 from lit_rlvr.advantages import grpo_advantages, zero_variance_groups
-from lit_rlvr.callbacks.base import RolloutState, group_observations
+from lit_rlvr.selection import RolloutState, group_observations
 from lit_rlvr.callbacks.dps import observed_state
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling, effective_groups
-from tests.callbacks.fixtures import make_batch, make_pool
+from tests.callbacks.fixtures import make_batch, make_pool, with_context
 
 GROUPS = {0: [1.1] * 4, 1: [0.5, 0.5000005], 2: [0.2, 0.2011], 3: [0.0, 1.0]}
 ZERO_VAR = [True, True, False, False]  # per group
@@ -48,7 +48,7 @@ def test_group_observations_flag_zero_variance_by_the_rule():
 
 
 def test_rollout_state_effective_and_variance_follow_the_rule():
-    state = RolloutState(make_pool([10, 11, 12, 13], batch_size=4), group_size=2, step=0, seed=0)
+    state = RolloutState(with_context(make_pool([10, 11, 12, 13], batch_size=4), group_size=2, step=0, seed=0))
     state.rewards = [[float(r) for r in torch.tensor(GROUPS[p]).tolist()] for p in range(4)]
     assert state.is_effective().tolist() == [not z for z in ZERO_VAR]
     var = state.reward_var()
@@ -65,7 +65,7 @@ def test_dynamic_sampling_default_epsilon_is_the_rule():
     assert sorted(set(batch.prompt_index[keep].tolist())) == [2, 3]
     # The rollout-stage check (refill decisions) agrees.
     ds = DynamicSampling()
-    state = RolloutState(make_pool([10, 11, 12, 13], batch_size=4), group_size=2, step=0, seed=0)
+    state = RolloutState(with_context(make_pool([10, 11, 12, 13], batch_size=4), group_size=2, step=0, seed=0))
     ds.plan(state)
     state.rewards = [[float(r) for r in torch.tensor(GROUPS[p]).tolist()] for p in range(4)]
     state.round = 1

@@ -1,6 +1,6 @@
 """Benchmarks: every selection strategy side by side.
 
-* ``sim`` (re-exported by ``simulator``): runs the real selector callbacks through the
+* ``sim``: runs the real selector callbacks through the
   real training step (``GRPOModule.training_step``, ``RolloutLoop``, ``PromptDataModule``)
   with a simulated policy in place of the model, so strategies can be compared over
   hundreds of steps and 10,000+ prompts in minutes on a CPU.

@@ -4,7 +4,7 @@ Batch: AdaptiveBatch (sets each step's prompt batch). Pre-rollout: GRESO, MoPPS,
 DynamicSampling, VIGOR, SARA, PilotCommit.
 During rollout: ARRoL (a pruner). Pre-backward: DynamicSampling (zero-variance drop), PODS.
 After reward (revise) and loss weights: OCGRPO, OCGRPOFixed. The contract is ``lit_rlvr.selection``
-(re-exported here and by ``base``, so old imports and class paths keep working), its helpers
+(its stage bases re-exported here beside the methods), its helpers
 ``lit_rlvr.selection_toolkit``; docs/writing_a_selector.md shows how to add a method.
 """
 

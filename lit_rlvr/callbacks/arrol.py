@@ -63,7 +63,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lit_rlvr.selection import PartialRollouts, RolloutAllocator, RolloutPruner, SelectionCallback, gather_rows, seeded_generator
+from lit_rlvr.selection import PartialRollouts, RolloutPruner, SelectionCallback, gather_rows, seeded_generator
 from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
 from lit_rlvr.rollout.hidden import last_hidden_states
 from lit_rlvr.selection_host import SelectionHost
@@ -185,7 +185,7 @@ class ARRoL(RolloutPruner):
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         self.resolve_detect_tokens(int(pl_module.rollout_settings.max_new_tokens))
-        super().setup_selection(trainer, pl_module, selectors)  # one pruner; detect_tokens < max_new_tokens
+        super().setup_selection(trainer, pl_module, selectors)  # one pruner, composable; detect_tokens < max_new_tokens
         group, least = int(pl_module.rollout_settings.num_generations), self.min_keep
         if self.keep_ratio * group < least:
             raise ValueError(
@@ -193,15 +193,6 @@ class ARRoL(RolloutPruner):
                 f"a pruned group needs at least {least} survivors (ARRoL.min_keep; 2 for reward variance). Raise ARRoL.keep_ratio to at least "
                 f"{least / group:.3g} or model.rollout.num_generations to at least {math.ceil(least / self.keep_ratio)}"
             )
-        for other in selectors:
-            if isinstance(other, RolloutAllocator) and not other.plans_whole_groups:
-                name = type(other).__name__
-                raise ValueError(
-                    f"ARRoL and {name} do not compose: ARRoL prunes each round's group of G rollouts to K·G at "
-                    f"detect_tokens, but {name} allocates a share of a group per round from the rewards so far, so "
-                    f"pruning would undo its allocation. Remove one of them from trainer.callbacks (ARRoL composes "
-                    f"with the fixed-G default and DynamicSampling, pre-rollout selectors and PODS)"
-                )
         self._trainer, self._host = trainer, pl_module
 
     # ------------------------------------------------------------------ during rollout

@@ -164,7 +164,6 @@ class DynamicSampling(RolloutAllocator, RolloutFilter):
             fixed first round.
     """
 
-    plans_whole_groups = True  # every round: G rollouts for each admitted prompt (``_schedule``)
     state_names = ("cap_hits", "underfilled_steps", "last_effective_ratio")
     optional_state = {"underfilled_steps": 0}
     """Checkpoints before 19fa7bb lack ``underfilled_steps`` (0 then)."""

@@ -86,7 +86,7 @@ import torch
 from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback
+from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback, pruner_conflict
 from lit_rlvr.selection_host import SelectionHost
 from lit_rlvr.selection_toolkit import PromptTable, beta_update, gather_rows, group_success, merge_rows
 from lit_rlvr.types import RolloutBatch
@@ -202,6 +202,10 @@ class SARA(RolloutAllocator):
                 f"model.rollout.num_generations = {G}: K must be smaller than G. Lower SARA's probe_size or raise "
                 f"model.rollout.num_generations."
             )
+
+    @override
+    def composition_conflict(self, other: SelectionCallback) -> Optional[str]:
+        return pruner_conflict(self, other)  # its rounds plan shares of a group: a rollout pruner would cut them
 
     @override
     def _state_key_fields(self) -> dict[str, Any]:

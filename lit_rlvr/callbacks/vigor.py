@@ -38,13 +38,13 @@ Decisions where the paper notes are silent (all documented here and in ``Args``)
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback
+from lit_rlvr.selection import RolloutAllocator, RolloutState, SelectionCallback, pruner_conflict
 from lit_rlvr.selection_host import SelectionHost
 
 
@@ -109,6 +109,10 @@ class VIGOR(RolloutAllocator):
                 f"(if that is an integer), or change VIGOR's m0/rounds/alpha/gamma so that m0·Σ_t(αγ)^t = {G} "
                 f"(with αγ = 1, m0·rounds = {G})."
             )
+
+    @override
+    def composition_conflict(self, other: SelectionCallback) -> Optional[str]:
+        return pruner_conflict(self, other)  # its rounds plan shares of a group: a rollout pruner would cut them
 
     @override
     def _state_key_fields(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from lit_rlvr.prompts import render_prompt_text
 from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.selection import FixedGroupAllocator, seeded_generator
 from lit_rlvr.settings import EvalSettings, OptimizerSettings, RolloutSettings
-from lit_rlvr.types import PromptPool
+from lit_rlvr.types import PromptPool, StepContext
 
 
 @dataclass
@@ -97,7 +97,8 @@ class HarvestModule(PolicyModule):
     @torch.no_grad()
     def predict_step(self, pool: PromptPool, batch_idx: int, dataloader_idx: int = 0) -> list[HarvestRecord]:
         n = self.rollout_settings.num_generations
-        batch, _ = self.rollout_loop.run(pool, FixedGroupAllocator(), n, batch_idx, self.seed, self.global_rank)
+        pool.context = StepContext(step=batch_idx, seed=int(self.seed), rank=int(self.global_rank), group_size=n)  # the round seeds' parts
+        batch, _ = self.rollout_loop.run(pool, FixedGroupAllocator())
         correct = self._correct(batch.reward_components, len(batch))  # [N]
         records = []
         for p, rows in sorted(batch.group_indices().items()):

@@ -7,36 +7,27 @@ With a rollout pruner (ARRoL) each round is ``rollout.pruning.run_pruned_round``
 generate to ``detect_tokens``, prune, continue the survivors (stage 2b).
 
 The loop knows the selection contract (``lit_rlvr.selection``) and the records
-(``lit_rlvr.types``), never a method. Prompt rendering is ``lit_rlvr.prompts``; its names
-and ``RolloutStats`` are re-exported here so older imports keep working.
+(``lit_rlvr.types``), never a method. Prompt rendering is ``lit_rlvr.prompts``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import torch
 
-from lit_rlvr.prompts import encode_prompt_text, render_prompt, render_prompt_text, render_prompts
+from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rewards.base import RewardResult, RewardScorer
 from lit_rlvr.rollout.base import GenerationRequest, RolloutEngine, SamplingConfig
-from lit_rlvr.rollout.pruning import run_pruned_round
+from lit_rlvr.rollout.generate_score import generate_and_score
+from lit_rlvr.rollout.pruning import PlannedRound, run_pruned_round
+from lit_rlvr.seeds import derive_seed
 from lit_rlvr.selection import RolloutAllocator, RolloutPruner
-from lit_rlvr.types import Completion, PromptPool, RolloutBatch, RolloutState, RolloutStats
+from lit_rlvr.types import Completion, PromptPool, RolloutBatch, RolloutState, RolloutStats, StepContext
 
-__all__ = [
-    "RolloutLoop",
-    "RolloutStats",
-    "encode_prompt_text",
-    "flatten",
-    "generate_for_eval",
-    "render_prompt",
-    "render_prompt_text",
-    "render_prompts",
-]
+__all__ = ["RolloutLoop"]
 
 log = logging.getLogger(__name__)
 
@@ -127,16 +118,14 @@ class RolloutLoop:
         self,
         pool: PromptPool,
         allocator: RolloutAllocator,
-        group_size: int,
-        step: int,
-        seed: int,
-        rank: int = 0,
         drawer: Optional[Callable[[int], PromptPool]] = None,
         any_rank: Optional[Callable[[bool], bool]] = None,
         pruner: Optional[RolloutPruner] = None,
     ) -> tuple[RolloutBatch, RolloutStats]:
         """Roll out the pool as the allocator plans, round by round, until it plans nothing or hits its cap.
 
+        The step, run seed, rank and group size G come from ``pool.context`` (the caller sets it; the
+        module sets its ``step_context``): the round seeds and the allocator's ``RolloutState`` read them there.
         ``drawer(n)`` serves fresh prompts when an allocator refills beyond the pool (``state.draw``).
         ``any_rank(flag)`` (a collective: whether any rank passed True) keeps the engine calls of
         ranks in step when generation itself is a collective (FSDP2): a rank whose allocator is done
@@ -145,18 +134,18 @@ class RolloutLoop:
         with ``any_rank`` a done rank joins another rank's pruned round with an empty one, which makes
         the same collective calls (the detect call, the hidden-state vote, the continuation).
         """
-        state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed, drawer=drawer)
+        state = RolloutState(pool=pool, drawer=drawer)
         rows, stats = _Rows(), RolloutStats()
         while (plan := self._next_plan(allocator, state, stats)) is not None:
             chosen = torch.nonzero(plan > 0).flatten().tolist()  # pool indices with rollouts this round
             requests = self._requests(pool, plan, chosen, rows.prompt_tokens)
             if any_rank is not None:
                 any_rank(True)  # pairs with the done ranks' calls in _join_other_ranks
-            sampling = self._round_sampling(seed, step, state.round, rank)
+            planned = PlannedRound(pool, requests, chosen, self._round_sampling(pool.context, state.round), state.round)
             if pruner is None:
-                new = self._plain_round(requests, chosen, sampling, pool, stats)
+                new = self._plain_round(planned, stats)
             else:  # stage 2b: generate to detect_tokens, prune, continue the survivors
-                new = self._pruned_round(pruner, state, requests, chosen, sampling, stats, any_rank)
+                new = self._pruned_round(pruner, planned, stats, any_rank)
             stats.reward_errors += new[2].errors
             stats.reward_timeouts += new[2].timeouts
             rows.add(state, new)
@@ -196,47 +185,28 @@ class RolloutLoop:
                 prompt_tokens[p] = render_prompt(self.tokenizer, pool.messages[p])
         return [GenerationRequest(prompt_tokens[p], int(plan[p])) for p in chosen]
 
-    def _round_sampling(self, seed: int, step: int, round_: int, rank: int) -> SamplingConfig:
-        """The configured sampling with this round's seed."""
+    def _round_sampling(self, context: StepContext, round_: int) -> SamplingConfig:
+        """The configured sampling with this round's seed (``seeds.derive_seed("round", ...)``: reproducible
+        on resume, distinct per step, rank and round)."""
         return SamplingConfig(
             temperature=self.sampling.temperature,
             top_p=self.sampling.top_p,
             max_new_tokens=self.sampling.max_new_tokens,
-            seed=_round_seed(seed, step, round_, rank),
+            seed=derive_seed("round", seed=context.seed, step=context.step, round=round_, rank=context.rank),
         )
 
-    def _plain_round(
-        self, requests: list[GenerationRequest], chosen: list[int], sampling: SamplingConfig, pool: PromptPool, stats: RolloutStats
-    ) -> Round:
-        t0 = time.perf_counter()
-        outputs = self.engine.generate(requests, sampling)  # one batched call per round
-        stats.rollout_seconds += time.perf_counter() - t0
-        new_prompt = [p for p, outs in zip(chosen, outputs) for _ in outs]
-        new_completions = [c for outs in outputs for c in outs]
-        t0 = time.perf_counter()
-        result = self.scorer.score(
-            [c.text for c in new_completions],
-            [pool.answers[p] for p in new_prompt],
-            [pool.metadata[p] for p in new_prompt],
-        )
-        stats.reward_seconds += time.perf_counter() - t0
-        return new_prompt, new_completions, result
+    def _plain_round(self, planned: PlannedRound, stats: RolloutStats) -> Round:
+        """One batched engine call for the round's requests, scored (``generate_and_score``)."""
+        out = generate_and_score(self.engine, self.scorer, planned.pool, planned.requests, planned.chosen, planned.sampling)
+        stats.rollout_seconds += out.generate_seconds
+        stats.reward_seconds += out.reward_seconds
+        return out.owner, out.completions, out.result
 
     def _pruned_round(
-        self,
-        pruner: RolloutPruner,
-        state: RolloutState,
-        requests: list[GenerationRequest],
-        chosen: list[int],
-        sampling: SamplingConfig,
-        stats: RolloutStats,
-        any_rank: Optional[Callable[[bool], bool]] = None,
+        self, pruner: RolloutPruner, planned: PlannedRound, stats: RolloutStats, any_rank: Optional[Callable[[bool], bool]] = None
     ) -> Round:
         """Stage 2b: the round through ``run_pruned_round``; its costs and counts go into ``stats``."""
-        pruned = run_pruned_round(
-            self.engine, self.tokenizer, self.scorer, pruner, state.pool, requests, chosen, sampling,
-            state.step, state.seed, state.round, state.group_size, any_rank,
-        )
+        pruned = run_pruned_round(self.engine, self.tokenizer, self.scorer, pruner, planned, any_rank)
         stats.rollout_seconds += pruned.generate_seconds + pruned.prune_seconds
         stats.reward_seconds += pruned.reward_seconds
         for key, value in (("rollouts_pruned", pruned.pruned), ("tokens_pruned", pruned.pruned_tokens),
@@ -244,37 +214,11 @@ class RolloutLoop:
             stats.extra[key] = stats.extra.get(key, 0.0) + float(value)
         return pruned.prompt_index, pruned.completions, pruned.result
 
-    def _join_other_ranks(
-        self, any_rank: Optional[Callable[[bool], bool]], pruner: Optional[RolloutPruner] = None, state: Optional[RolloutState] = None
-    ) -> None:
+    def _join_other_ranks(self, any_rank: Optional[Callable[[bool], bool]], pruner: Optional[RolloutPruner], state: RolloutState) -> None:
         """FSDP2: while another rank still generates a round, make empty engine calls to join its gathers
         (with a pruner, an empty pruned round: the same collective calls as the other rank's round)."""
         while any_rank is not None and any_rank(False):
-            if pruner is None or state is None:
-                self.engine.generate([], self.sampling)
+            if pruner is None:
+                generate_and_score(self.engine, self.scorer, state.pool, [], [], self.sampling)
             else:
-                run_pruned_round(
-                    self.engine, self.tokenizer, self.scorer, pruner, state.pool, [], [], self.sampling,
-                    state.step, state.seed, state.round, state.group_size, any_rank,
-                )
-
-
-def _round_seed(seed: int, step: int, round_: int, rank: int) -> int:
-    """Sampling seed of one round: reproducible on resume, distinct per rank and round."""
-    return (seed * 1_000_003 + step * 10_007 + round_ * 101 + rank * 7919) % (2**31 - 1)
-
-
-def generate_for_eval(
-    engine: RolloutEngine,
-    tokenizer: Any,
-    pool: PromptPool,
-    sampling: SamplingConfig,
-    n: int,
-) -> list[list[Completion]]:
-    """n completions per pool prompt in one engine call (validation)."""
-    requests = [GenerationRequest(render_prompt(tokenizer, m), n) for m in pool.messages]
-    return engine.generate(requests, sampling)
-
-
-def flatten(nested: Sequence[Sequence[Completion]]) -> list[Completion]:
-    return [c for group in nested for c in group]
+                run_pruned_round(self.engine, self.tokenizer, self.scorer, pruner, PlannedRound(state.pool, [], [], self.sampling, state.round), any_rank)

@@ -27,6 +27,8 @@ import torch
 
 from lit_rlvr.rewards.base import RewardResult, RewardScorer
 from lit_rlvr.rollout.base import GenerationRequest, RolloutEngine, SamplingConfig
+from lit_rlvr.rollout.generate_score import generate_and_score
+from lit_rlvr.seeds import derive_seed
 from lit_rlvr.selection import RolloutPruner
 from lit_rlvr.types import Completion, PartialRollouts, PromptPool
 
@@ -53,14 +55,6 @@ class PrunedRound:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def _score_rows(scorer: RewardScorer, pool: PromptPool, prompt_index: list[int], completions: list[Completion], rows: list[int]) -> RewardResult:
-    return scorer.score(
-        [completions[r].text for r in rows],
-        [pool.answers[prompt_index[r]] for r in rows],
-        [pool.metadata[prompt_index[r]] for r in rows],
-    )
-
-
 def _join(partial: Completion, rest: Completion, tokenizer: Any) -> Completion:
     """A partial rollout and its continuation as one completion (the continuation's finish reason)."""
     token_ids = list(partial.token_ids) + list(rest.token_ids)
@@ -72,47 +66,48 @@ def _join(partial: Completion, rest: Completion, tokenizer: Any) -> Completion:
     )
 
 
+@dataclass
+class PlannedRound:
+    """One round as the rollout loop planned it: what ``run_pruned_round`` generates (R requests)."""
+
+    pool: PromptPool
+    """The step's pool; its ``context`` gives the pruner the step, seed and group size."""
+    requests: Sequence[GenerationRequest]
+    """[R] prompts and how many rollouts each."""
+    chosen: Sequence[int]
+    """[R] pool index of each request."""
+    sampling: SamplingConfig
+    """The round's sampling: its seed and ``max_new_tokens``."""
+    round: int = 0
+    """Generation rounds finished before this one."""
+
+
 def run_pruned_round(
     engine: RolloutEngine,
     tokenizer: Any,
     scorer: RewardScorer,
     pruner: RolloutPruner,
-    pool: PromptPool,
-    requests: Sequence[GenerationRequest],
-    chosen: Sequence[int],
-    sampling: SamplingConfig,
-    step: int,
-    seed: int,
-    round_: int,
-    group_size: int,
+    planned: PlannedRound,
     any_rank: Optional[Callable[[bool], bool]] = None,
 ) -> PrunedRound:
-    """One round: generate to ``detect_tokens``, prune, continue the survivors, score; ``chosen[i]`` is
-    the pool index of ``requests[i]``; ``sampling`` is the round's (its seed, max_new_tokens).
+    """One round: generate to ``detect_tokens``, prune, continue the survivors, score (both engine calls
+    through ``generate_and_score``).
 
     ``any_rank(flag)`` (a collective: whether any rank passed True) is given when forwards are
     collectives (FSDP2): the round then makes the same collective calls on every rank, also with no
     requests (module docstring)."""
-    detect = pruner.detect_tokens
-    t0 = time.perf_counter()
-    first = engine.generate(
-        requests,
-        SamplingConfig(
-            sampling.temperature, sampling.top_p, detect, seed=sampling.seed, return_hidden_states=pruner.wants_hidden_states
-        ),
+    pool, requests, sampling, detect = planned.pool, planned.requests, planned.sampling, pruner.detect_tokens
+    # Rollouts that stopped before detect_tokens are complete: scored now, the rule sees their true reward.
+    first = generate_and_score(
+        engine, scorer, pool, requests, planned.chosen,
+        SamplingConfig(sampling.temperature, sampling.top_p, detect, seed=sampling.seed, return_hidden_states=pruner.wants_hidden_states),
+        score_rows=lambda rows: [r for r, c in enumerate(rows) if c.finish_reason == "stop"],
     )
-    generate_s = time.perf_counter() - t0
-    prompt_index = [p for p, outs in zip(chosen, first) for _ in outs]
-    prompt_tokens = [list(req.prompt_token_ids) for req, outs in zip(requests, first) for _ in outs]
-    partials = [c for outs in first for c in outs]
+    generate_s, reward_s = first.generate_seconds, first.reward_seconds
+    prompt_index, partials, done_rows, done_scores = first.owner, first.completions, first.scored, first.result
+    prompt_tokens = [list(req.prompt_token_ids) for req, outs in zip(requests, first.outputs) for _ in outs]
     n = len(partials)
     finished = torch.tensor([c.finish_reason == "stop" for c in partials], dtype=torch.bool)  # [n]
-
-    # Rollouts that stopped before detect_tokens are complete: score them now, the rule sees their true reward.
-    t0 = time.perf_counter()
-    done_rows = torch.nonzero(finished).flatten().tolist()
-    done_scores = _score_rows(scorer, pool, prompt_index, partials, done_rows)
-    reward_s = time.perf_counter() - t0
     rewards = torch.full((n,), float("nan"))
     if done_rows:
         rewards[done_rows] = done_scores.total.float()
@@ -124,26 +119,28 @@ def run_pruned_round(
     forward_everywhere = any_rank is not None and any_rank(bool(pruner.wants_hidden_states and n and hidden is None))
     if forward_everywhere:
         hidden = None
-    view = PartialRollouts(pool, torch.tensor(prompt_index, dtype=torch.long), prompt_tokens, partials, finished, rewards, hidden, step, seed, round_, group_size)
+    view = PartialRollouts(pool, torch.tensor(prompt_index, dtype=torch.long), prompt_tokens, partials, finished, rewards, hidden, planned.round)
     t0 = time.perf_counter()
     keep = pruner.prune(view).to(torch.bool) if n or forward_everywhere else torch.zeros(0, dtype=torch.bool)  # [n]
     prune_s = time.perf_counter() - t0
 
     # Continue the kept partial rollouts (one batched call; the engine continues after prompt + partial).
     cont_rows = torch.nonzero(keep & ~finished).flatten().tolist()
-    cont_seed = None if sampling.seed is None else (sampling.seed * 31 + 17) % (2**31 - 1)
-    cont_sampling = SamplingConfig(sampling.temperature, sampling.top_p, sampling.max_new_tokens - detect, seed=cont_seed)
-    t0 = time.perf_counter()
-    rest = engine.generate(
-        [GenerationRequest(prompt_tokens[r], 1, partial_token_ids=partials[r].token_ids) for r in cont_rows], cont_sampling
-    ) if cont_rows or any_rank is not None else []  # FSDP2: every rank makes the call, rows or not
-    generate_s += time.perf_counter() - t0
+    cont_seed = None if sampling.seed is None else derive_seed("continuation", seed=sampling.seed)
+    rest = generate_and_score(
+        engine, scorer, pool,
+        [GenerationRequest(prompt_tokens[r], 1, partial_token_ids=partials[r].token_ids) for r in cont_rows],
+        [prompt_index[r] for r in cont_rows],
+        SamplingConfig(sampling.temperature, sampling.top_p, sampling.max_new_tokens - detect, seed=cont_seed),
+        complete=lambda k, c: _join(partials[cont_rows[k]], c, tokenizer),
+        skip_empty=any_rank is None,  # FSDP2: every rank makes the call, rows or not
+    )
+    generate_s += rest.generate_seconds
+    reward_s += rest.reward_seconds
+    cont_scores = rest.result
     full = list(partials)
-    for r, outs in zip(cont_rows, rest):
-        full[r] = _join(partials[r], outs[0], tokenizer)
-    t0 = time.perf_counter()
-    cont_scores = _score_rows(scorer, pool, prompt_index, full, cont_rows)
-    reward_s += time.perf_counter() - t0
+    for r, joined in zip(cont_rows, rest.completions):
+        full[r] = joined
 
     # Final rewards per row (NaN where pruned), and the kept rows' scores in generation order.
     final = torch.full((n,), float("nan"))

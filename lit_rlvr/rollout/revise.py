@@ -20,6 +20,7 @@ import torch
 
 from lit_rlvr.rewards.base import RewardResult
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
+from lit_rlvr.rollout.generate_score import generate_and_score
 from lit_rlvr.rollout.loop import RolloutLoop
 from lit_rlvr.selection import GroupReviser
 from lit_rlvr.selection_host import SelectionHost
@@ -90,19 +91,14 @@ def generate_scored(
     stats: RolloutStats,
 ) -> tuple[list[list[Completion]], RewardResult]:
     """ONE batched engine call: ``counts[k]`` samples of ``prompts[k]``, scored against pool prompt
-    ``pool_index[k]``'s answer. Time, reward errors and timeouts go into ``stats``."""
+    ``pool_index[k]``'s answer (``generate_and_score``). Time, reward errors and timeouts go into ``stats``."""
     s = loop.sampling
     sampling = SamplingConfig(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=seed)
-    t0 = time.perf_counter()
-    outputs = loop.engine.generate([GenerationRequest(list(p), int(n)) for p, n in zip(prompts, counts)], sampling)
-    stats.rollout_seconds += time.perf_counter() - t0
-    owner = [p for p, outs in zip(pool_index, outputs) for _ in outs]
-    t0 = time.perf_counter()
-    result = loop.scorer.score(
-        [c.text for outs in outputs for c in outs], [pool.answers[p] for p in owner], [pool.metadata[p] for p in owner]
-    )
-    stats.reward_seconds += time.perf_counter() - t0
-    stats.reward_errors += result.errors
-    stats.reward_timeouts += result.timeouts
+    requests = [GenerationRequest(list(p), int(n)) for p, n in zip(prompts, counts)]
+    out = generate_and_score(loop.engine, loop.scorer, pool, requests, pool_index, sampling)
+    stats.rollout_seconds += out.generate_seconds
+    stats.reward_seconds += out.reward_seconds
+    stats.reward_errors += out.result.errors
+    stats.reward_timeouts += out.result.timeouts
     stats.extra["revise_calls"] = stats.extra.get("revise_calls", 0.0) + 1.0
-    return outputs, result
+    return out.outputs, out.result

@@ -37,7 +37,7 @@ sleep (it logs a warning), so the engine turns sleep mode off on a CPU build.
 
 Sampling: one ``SamplingConfig`` maps one to one to ``vllm.SamplingParams``
 (``n``, ``temperature``, ``top_p``, ``max_tokens``, ``logprobs=0``, ``seed``).
-When a seed is given, request ``i`` gets ``seed + (samples before it)``, and vLLM
+When a seed is given, request ``i`` gets seed plus the samples before it (``seeds.derive_seed("sample")``), and vLLM
 gives its ``j``-th sample ``+ j``: every sample of a call has its own seed and a
 call is reproducible. Log-probs are vLLM's ``processed_logprobs`` (after
 temperature and top-p: the distribution the token was drawn from); pass
@@ -78,6 +78,7 @@ from lit_rlvr.rollout.vllm_sync import (
     reload_on_worker,
     unwrap_policy,
 )
+from lit_rlvr.seeds import derive_seed
 from lit_rlvr.types import Completion
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ class VLLMEngine:
                 os.environ.setdefault("RANK", str(rank))
                 local = torch.cuda.current_device() if torch.cuda.is_available() else rank
                 os.environ.setdefault("LOCAL_RANK", str(local))
-        self.seed = seed + rank
+        self.seed = derive_seed("engine", seed=seed, rank=rank)
 
         self._dir = Path(tempfile.mkdtemp(prefix="lit_rlvr_vllm_"))
         model_dir = self._dir / "model"
@@ -341,7 +342,7 @@ class VLLMEngine:
                         top_p=sampling.top_p,
                         max_tokens=sampling.max_new_tokens,
                         logprobs=0,  # the sampled token's log-prob only
-                        seed=None if sampling.seed is None else sampling.seed + offset,
+                        seed=None if sampling.seed is None else derive_seed("sample", seed=sampling.seed, sample=offset),
                         stop_token_ids=self.stop_token_ids,
                         detokenize=False,  # decoded below with the policy's tokenizer, as the HF engine does
                     )

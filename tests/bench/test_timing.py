@@ -55,7 +55,7 @@ def test_selection_timer_times_selectors_and_the_default_plan_but_not_the_record
     from lit_rlvr.bench.recorder import SelectionRecorder
     from lit_rlvr.bench.timing import SelectionTimer
     from lit_rlvr.callbacks import GRESO
-    from lit_rlvr.callbacks.base import FixedGroupAllocator
+    from lit_rlvr.selection import FixedGroupAllocator
 
     recorder, greso, default = SelectionRecorder(), GRESO(), FixedGroupAllocator()
     trainer = SimpleNamespace(callbacks=[recorder, greso], datamodule=None)

@@ -17,6 +17,12 @@ def make_pool(ids, batch_size):
     )
 
 
+def with_context(pool, group_size=0, step=0, seed=0, rank=0):
+    """``pool`` at this step of a run (its ``context``: what the rollout loop and its records read), returned."""
+    pool.context = StepContext(step=step, seed=seed, rank=rank, group_size=group_size)
+    return pool
+
+
 def make_batch(pool, groups):
     """A scored batch over ``pool``: ``groups`` maps a pool index to its rollouts' rewards."""
     prompt_index, rewards = [], []

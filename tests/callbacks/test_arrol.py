@@ -16,8 +16,9 @@ from lit_rlvr.callbacks import ARRoL, DynamicSampling, FixedGroupAllocator, PODS
 from lit_rlvr.callbacks.arrol import default_detect_tokens, keep_count
 from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
 from lit_rlvr.cli import main
+from lit_rlvr.selection import RolloutAllocator, check_composition
 from lit_rlvr.types import Completion
-from tests.callbacks.fixtures import make_pool
+from tests.callbacks.fixtures import make_pool, with_context
 from tests.callbacks.test_integration import _assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,11 +190,12 @@ def _partial(pool, groups, step=30, hidden_dim=4):
         rewards += [float("nan") if r is None else r for r in rs]
     n = len(rewards)
     finished = torch.tensor([r == r for r in rewards])
+    with_context(pool, group_size=len(next(iter(groups.values()))), step=step, seed=0)
     return PartialRollouts(
         pool=pool, prompt_index=torch.tensor(prompt_index), prompt_token_ids=[[1, 2]] * n,
         completions=[Completion([3] * 4, [0.0] * 4, "stop" if f else "length") for f in finished.tolist()],
         finished=finished, rewards=torch.tensor(rewards), hidden=torch.randn(n, hidden_dim, generator=torch.Generator().manual_seed(step)),
-        step=step, seed=0, round=0, group_size=len(next(iter(groups.values()))),
+        round=0,
     )
 
 
@@ -223,7 +225,7 @@ def test_cold_start_and_random_control_keep_seeded_random_subsets_of_the_same_si
     assert cold.cold(2) and control.cold(100) and not ARRoL(detect_tokens=4, cold_start_steps=5).cold(5)
     draws = set()
     for step in range(12):
-        partial.step = step
+        with_context(pool, group_size=8, step=step)
         keep = control.prune(partial)
         assert int(keep.sum()) == 4
         draws.add(tuple(keep.tolist()))
@@ -258,6 +260,18 @@ def test_setup_rejects_bad_flags_and_allocators_it_cannot_compose_with():
         _setup(ARRoL(detect_tokens=4), ok)
     with pytest.raises(ValueError, match="survivors"):
         ARRoL(survivors="best")
+
+
+def test_the_start_up_composition_check_refuses_a_pruner_beside_an_allocator_that_plans_shares():
+    """The refusal is the contract's general pairwise check (the module's first start-up check), in
+    either list order; the allocator base carries no field for it."""
+    with pytest.raises(ValueError, match=r"VIGOR and ARRoL do not compose: ARRoL prunes .* VIGOR allocates a share.*Remove one of them"):
+        check_composition([VIGOR(), ARRoL(detect_tokens=4)])
+    with pytest.raises(ValueError, match=r"ARRoL and SARA do not compose: .*Remove one of them from trainer.callbacks"):
+        check_composition([ARRoL(detect_tokens=4), SARA()])
+    check_composition([DynamicSampling(), ARRoL(detect_tokens=4), PODS(num_keep=4)])
+    check_composition([VIGOR(), PODS(num_keep=4)])
+    assert not [n for n in vars(RolloutAllocator) if "whole" in n]
 
 
 # --------------------------------------------------------------------------- real fits of the tiny model

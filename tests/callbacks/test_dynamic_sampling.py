@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from lit_rlvr.callbacks.base import RolloutState
+from lit_rlvr.selection import RolloutState
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling, effective_groups, refill_size
 from lit_rlvr.callbacks.greso import GRESO, seeded_uniform
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
+from tests.callbacks.fixtures import with_context
 
 
 def make_pool(ids, batch_size):
@@ -22,7 +23,7 @@ def drive(allocator, pool, group_size, reward_of, step=0, seed=0, drawer=None):
 
     reward_of(prompt_id, j) gives the j-th rollout's reward. Returns (batch, rounds, hit_cap, plans).
     """
-    state = RolloutState(pool=pool, group_size=group_size, step=step, seed=seed, drawer=drawer)
+    state = RolloutState(with_context(pool, group_size=group_size, step=step, seed=seed), drawer=drawer)
     rows_prompt, rows_round, rewards, plans = [], [], [], []
     hit_cap = False
     while True:
@@ -268,18 +269,18 @@ def test_prior_ratio_sizes_the_first_round_when_asked():
     ds = DynamicSampling(generation_batch_multiple=3.0, adaptive_first_round=True)
     ds.setup_selection(None, module(), [greso, ds])
     pool = make_pool(range(40), batch_size=4)
-    state = RolloutState(pool=pool, group_size=2, step=0, seed=0)
+    state = RolloutState(with_context(pool, group_size=2, step=0, seed=0))
     # ceil(4 / 0.5 · 1.25) = 10 prompts (instead of 3 · 4 = 12).
     assert int((ds.plan(state) > 0).sum()) == 10
     greso.last_zero_variance_ratio = 0.0  # ratio 1 -> ceil(4 · 1.25) = 5
-    state = RolloutState(pool=make_pool(range(40), batch_size=4), group_size=2, step=1, seed=0)
+    state = RolloutState(with_context(make_pool(range(40), batch_size=4), group_size=2, step=1, seed=0))
     assert int((ds.plan(state) > 0).sum()) == 5
     # Without a ratio source, the own last-step ratio; without either, the full generation batch.
     alone = DynamicSampling(generation_batch_multiple=3.0, adaptive_first_round=True)
-    state = RolloutState(pool=make_pool(range(40), batch_size=4), group_size=2, step=0, seed=0)
+    state = RolloutState(with_context(make_pool(range(40), batch_size=4), group_size=2, step=0, seed=0))
     assert int((alone.plan(state) > 0).sum()) == 12
     alone.last_effective_ratio = 0.8  # ceil(4 / 0.8 · 1.25) = ceil(6.25) = 7
-    state = RolloutState(pool=make_pool(range(40), batch_size=4), group_size=2, step=1, seed=0)
+    state = RolloutState(with_context(make_pool(range(40), batch_size=4), group_size=2, step=1, seed=0))
     assert int((alone.plan(state) > 0).sum()) == 7
 
 

@@ -527,7 +527,7 @@ def test_policy_encoder_is_the_final_prompt_token_state_whatever_the_batch():
     alone = enc.encode(mod, msgs[:1])
     assert both.shape == (2, policy.config.hidden_size) and policy.training  # train mode restored
     np.testing.assert_allclose(both[0], alone[0], rtol=1e-4, atol=1e-5)
-    from lit_rlvr.rollout.loop import render_prompt
+    from lit_rlvr.prompts import render_prompt
 
     ids = torch.tensor([render_prompt(tokenizer, msgs[1])])
     with torch.no_grad():

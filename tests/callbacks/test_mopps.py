@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_rlvr.callbacks.base import seeded_generator
+from lit_rlvr.selection import seeded_generator
 from lit_rlvr.callbacks.mopps import MoPPS
 from lit_rlvr.selection_toolkit import beta_thompson, group_success
 from tests.callbacks.fixtures import at_step, make_batch, make_pool

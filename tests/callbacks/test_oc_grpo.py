@@ -24,7 +24,7 @@ from lit_rlvr.module import GRPOModule, LossSettings, RolloutSettings
 from lit_rlvr.policy import PolicyConfig
 from lit_rlvr.rewards import CallableReward, RewardScorer
 from lit_rlvr.rollout.base import SamplingConfig
-from lit_rlvr.rollout.loop import RolloutStats
+from lit_rlvr.types import RolloutStats
 from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rollout.revise import generate_scored, revise
 from lit_rlvr.accounting import step_metrics

@@ -153,7 +153,7 @@ def run_step(sel, step, stream, trainer, host):
     pool.context = StepContext(step=step, seed=0, group_size=G)
     sel.select_prompts(trainer, host, pool)
     drawer = lambda n: make_pool(stream(n), B)  # noqa: E731 (the same stream, as the released dataloader)
-    state = RolloutState(pool=pool, group_size=G, step=step, seed=0, drawer=drawer)
+    state = RolloutState(pool=pool, drawer=drawer)
     prompt, rounds, rewards, comps = [], [], [], []
     while True:
         plan = sel.plan(state)

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from lit_rlvr.callbacks.base import RolloutState
+from lit_rlvr.selection import RolloutState
 from lit_rlvr.callbacks.sara import _COMPLETE, SARA, beta_moment, predicted_effectiveness
-from tests.callbacks.fixtures import make_batch, make_pool
+from tests.callbacks.fixtures import make_batch, make_pool, with_context
 
 
 def append(state, rewards):
@@ -66,7 +66,7 @@ def test_decisions_follow_thresholds_on_scripted_probes():
     # B = 2, G = 8, budget 16, K = 2, τ_hi = 0.9, τ_lo = 0.5, pool of 4 (two spares); fresh probes
     # admitted whenever K rollouts are left (the default; the reservation is tested below).
     sara = SARA()
-    state = RolloutState(pool=make_pool([10, 11, 12, 13], 2), group_size=8, step=0, seed=0)
+    state = RolloutState(with_context(make_pool([10, 11, 12, 13], 2), group_size=8, step=0, seed=0))
     # round 0: the first B eligible get the probe of K = 2
     assert sara.plan(state).tolist() == [2, 2, 0, 0]
     append(state, {0: [1, 0], 1: [0, 0]})
@@ -103,7 +103,7 @@ def test_refill_draws_fresh_prompts_when_the_pool_is_exhausted():
         return make_pool([next(served) for _ in range(n)], n)
 
     sara = SARA(tau_lo=0.7, budget=16)
-    state = RolloutState(pool=make_pool([7], 1), group_size=8, step=3, seed=0, drawer=drawer)
+    state = RolloutState(with_context(make_pool([7], 1), group_size=8, step=3, seed=0), drawer=drawer)
     assert sara.plan(state).tolist() == [2]
     append(state, {0: [0, 0]})
     plan = sara.plan(state)  # abandon 7, draw one fresh prompt
@@ -118,7 +118,7 @@ def test_refill_draws_fresh_prompts_when_the_pool_is_exhausted():
 def test_budget_cap_and_no_fresh_prompts():
     # all probes unanimous: abandon after 4 (τ_lo = 0.5), refill from the pool until it is empty
     sara = SARA()
-    state = RolloutState(pool=make_pool(list(range(4)), 2), group_size=8, step=0, seed=0)
+    state = RolloutState(with_context(make_pool(list(range(4)), 2), group_size=8, step=0, seed=0))
     while True:
         plan = sara.plan(state)
         if int(plan.sum()) == 0:
@@ -134,7 +134,7 @@ def test_admission_reserves_a_full_group_for_every_probe():
     # The scripted outcomes of test_decisions_follow_thresholds_on_scripted_probes, with the reservation:
     # B = 2, G = 8, budget 16, pool of 4.
     sara = SARA(reserve_completion=True)
-    state = RolloutState(pool=make_pool([10, 11, 12, 13], 2), group_size=8, step=0, seed=0)
+    state = RolloutState(with_context(make_pool([10, 11, 12, 13], 2), group_size=8, step=0, seed=0))
     assert sara.plan(state).tolist() == [2, 2, 0, 0]  # 16 left, nothing pending: 2 probes of K
     append(state, {0: [1, 0], 1: [0, 0]})
     assert sara.plan(state).tolist() == [6, 1, 0, 0]  # commit 0; 1 more for 1, which may still need 5
@@ -156,7 +156,7 @@ def test_reservation_never_leaves_a_probe_undecided_for_lack_of_budget():
     for trial in range(30):
         p_true = rng.uniform(size=64)
         sara = SARA(reserve_completion=True)
-        state = RolloutState(pool=make_pool(list(range(64)), 8), group_size=8, step=trial, seed=0)
+        state = RolloutState(with_context(make_pool(list(range(64)), 8), group_size=8, step=trial, seed=0))
         while True:
             plan = sara.plan(state)
             if int(plan.sum()) == 0:
@@ -171,7 +171,7 @@ def test_reservation_never_leaves_a_probe_undecided_for_lack_of_budget():
 
 def test_last_round_issues_commits_only():
     sara = SARA(max_rounds=2)
-    state = RolloutState(pool=make_pool([0, 1, 2], 2), group_size=8, step=0, seed=0)
+    state = RolloutState(with_context(make_pool([0, 1, 2], 2), group_size=8, step=0, seed=0))
     assert sara.plan(state).tolist() == [2, 2, 0]
     append(state, {0: [1, 0], 1: [1, 1]})
     # round 1 is the last: commit 0; prompt 1 (6/9) would get one more but that could not be decided
@@ -201,7 +201,7 @@ def test_persisted_posterior_changes_decisions_and_roundtrips():
     assert predicted_effectiveness(4, 4, 8, 2, 0) == pytest.approx(1 - 3024 / 32760)
 
     def run(s):
-        state = RolloutState(pool=make_pool([5, 6], 2), group_size=8, step=1, seed=0)
+        state = RolloutState(with_context(make_pool([5, 6], 2), group_size=8, step=1, seed=0))
         first = s.plan(state).tolist()
         append(state, {0: [0, 0], 1: [0, 0]})
         return first, s.plan(state).tolist()

@@ -5,9 +5,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lit_rlvr.callbacks.base import RolloutState
+from lit_rlvr.selection import RolloutState
 from lit_rlvr.callbacks.vigor import VIGOR, vigor_budget_per_prompt
 from lit_rlvr.types import PromptPool
+from tests.callbacks.fixtures import with_context
 
 
 def make_pool(n, batch_size):
@@ -69,7 +70,7 @@ def test_schedule_follows_variance_and_spends_exactly_B_times_G():
         return float(k % 2)
 
     alloc = VIGOR()
-    state = RolloutState(pool=make_pool(10, 8), group_size=8, step=0, seed=0)
+    state = RolloutState(with_context(make_pool(10, 8), group_size=8, step=0, seed=0))
     plans = drive(alloc, state, reward)
     assert plans == [
         [2, 2, 2, 2, 2, 2, 2, 2, 0, 0],
@@ -88,7 +89,7 @@ def test_schedule_follows_variance_and_spends_exactly_B_times_G():
 def test_budget_is_exact_when_B_is_not_a_power_of_two(B):
     # n_t = ceil(n_{t-1}/2); per-round budget 2B split over the n_t active prompts.
     alloc = VIGOR()
-    state = RolloutState(pool=make_pool(B, B), group_size=8, step=0, seed=0)
+    state = RolloutState(with_context(make_pool(B, B), group_size=8, step=0, seed=0))
     plans = drive(alloc, state, lambda rnd, p, k: float((p + k) % 2))
     assert int(state.counts.sum()) == 8 * B
     assert all(sum(pl) == 2 * B for pl in plans)
@@ -101,7 +102,7 @@ def test_uneven_split_gives_the_remainder_to_the_highest_variance():
         return float(rnd == 0 and p in (2, 4) and k == 0)
 
     alloc = VIGOR()
-    state = RolloutState(pool=make_pool(5, 5), group_size=8, step=0, seed=0)
+    state = RolloutState(with_context(make_pool(5, 5), group_size=8, step=0, seed=0))
     plans = drive(alloc, state, reward)
     assert plans[0] == [2, 2, 2, 2, 2]
     assert plans[1] == [3, 0, 4, 0, 3]  # rank 0: prompt 2 (4), rank 1: prompt 4 (3), rank 2: prompt 0 (3)
@@ -113,7 +114,7 @@ def test_fewer_eligible_than_B_and_no_state():
     pool = make_pool(6, 4)
     pool.keep[:] = torch.tensor([False, True, False, True, True, False])
     alloc = VIGOR()
-    state = RolloutState(pool=pool, group_size=8, step=0, seed=0)
+    state = RolloutState(with_context(pool, group_size=8, step=0, seed=0))
     drive(alloc, state, lambda rnd, p, k: float(k % 2))
     assert state.counts.tolist()[0] == 0 and state.counts.tolist()[2] == 0
     assert int(state.counts.sum()) == 3 * 8

@@ -8,7 +8,7 @@ import pytest
 
 from lit_rlvr.data import HFDatasetSource, PromptDataModule
 from lit_rlvr.data.lengths import check_prompt_lengths, model_context
-from lit_rlvr.rollout.loop import render_prompt, render_prompts
+from lit_rlvr.prompts import render_prompt, render_prompts
 
 
 class WordTokenizer:

@@ -19,7 +19,7 @@ from lit_rlvr.rollout import GenerationRequest, HFEngine, SamplingConfig
 from lit_rlvr.rollout.decode import decode
 from lit_rlvr.rollout.hidden import last_hidden_states
 from lit_rlvr.rollout.loop import RolloutLoop
-from tests.callbacks.fixtures import make_pool
+from tests.callbacks.fixtures import make_pool, with_context
 from tests.rollout.test_pruning import Parity
 
 # |state - reference| bound, float32 on the CPU, states of magnitude up to 3.3 (after the final norm).
@@ -151,7 +151,7 @@ def test_arrol_detection_call_runs_on_the_compact_decoder(lora_tiny, monkeypatch
     prune = arrol.prune
     arrol.prune = lambda partial: (seen.append(partial), prune(partial))[1]
     loop = RolloutLoop(engine, tok, RewardScorer([Parity()]), SamplingConfig(1.0, 1.0, 8))
-    batch, stats = loop.run(make_pool([3, 4], batch_size=2), FixedGroupAllocator(), 4, step=0, seed=0, pruner=arrol)
+    batch, stats = loop.run(with_context(make_pool([3, 4], batch_size=2), group_size=4), FixedGroupAllocator(), pruner=arrol)
     assert detect[0] == 3 and all(h is None for h in detect[1:])  # the detect call asked for states, the continuation not
     (partial,) = seen
     assert partial.hidden is not None and partial.hidden.shape == (8, model.config.hidden_size)

@@ -9,8 +9,8 @@ from lit_rlvr.rewards import RewardFunction, RewardScorer
 from lit_rlvr.rollout import SamplingConfig, build_engine
 from lit_rlvr.rollout.hidden import last_hidden_states
 from lit_rlvr.rollout.loop import RolloutLoop
-from lit_rlvr.rollout.pruning import run_pruned_round
-from tests.callbacks.fixtures import make_pool
+from lit_rlvr.rollout.pruning import PlannedRound, run_pruned_round
+from tests.callbacks.fixtures import make_pool, with_context
 
 MAX_NEW, DETECT, G = 10, 4, 4
 
@@ -56,7 +56,7 @@ def test_pruned_round_continues_only_the_survivors_and_counts_the_rest(loop):
     rollout_loop, model, tok = loop
     pool = make_pool([3, 4, 5], batch_size=3)
     pruner = KeepFirstTwo()
-    batch, stats = rollout_loop.run(pool, FixedGroupAllocator(), G, step=0, seed=0, pruner=pruner)
+    batch, stats = rollout_loop.run(with_context(pool, group_size=G, step=0), FixedGroupAllocator(), pruner=pruner)
     seen = pruner.seen
     assert len(seen) == 3 * G and seen.hidden is not None and seen.hidden.shape[0] == 3 * G
     assert all(len(c.token_ids) <= DETECT for c in seen.completions)
@@ -82,7 +82,7 @@ def test_fallback_forward_gives_the_engines_hidden_states(loop):
     the HF engine returned from its generating forward."""
     rollout_loop, model, tok = loop
     pruner = KeepFirstTwo()
-    rollout_loop.run(make_pool([7, 8], batch_size=2), FixedGroupAllocator(), G, step=1, seed=0, pruner=pruner)
+    rollout_loop.run(with_context(make_pool([7, 8], batch_size=2), group_size=G, step=1), FixedGroupAllocator(), pruner=pruner)
     seen = pruner.seen
     contexts = [p + c.token_ids for p, c in zip(seen.prompt_token_ids, seen.completions)]
     by_forward = last_hidden_states(model, contexts, tok.pad_token_id, batch_size=3)
@@ -92,7 +92,7 @@ def test_fallback_forward_gives_the_engines_hidden_states(loop):
 def test_arrol_through_the_loop_keeps_half_of_each_group(loop):
     rollout_loop, model, tok = loop
     arrol = ARRoL(detect_tokens=DETECT, cold_start_steps=0)
-    batch, stats = rollout_loop.run(make_pool([1, 2], batch_size=2), FixedGroupAllocator(), G, step=0, seed=0, pruner=arrol)
+    batch, stats = rollout_loop.run(with_context(make_pool([1, 2], batch_size=2), group_size=G, step=0), FixedGroupAllocator(), pruner=arrol)
     assert len(batch) == 4 and stats.extra["rollouts_pruned"] == 4
     assert sorted(batch.prompt_index.tolist()) == [0, 0, 1, 1]
 
@@ -114,7 +114,7 @@ def test_a_lockstep_round_makes_the_same_calls_with_rows_and_without(loop):
     (made even when nothing is continued); when another rank lacks hidden states (the vote says so),
     every rank's pruner runs, with no hidden states, also with no rows (its forward is a collective)."""
     rollout_loop, model, tok = loop
-    pool = make_pool([3, 4], batch_size=2)
+    pool = with_context(make_pool([3, 4], batch_size=2), group_size=G)
     requests = rollout_loop._requests(pool, torch.tensor([G, G]), [0, 1], {})
     sampling = SamplingConfig(1.0, 1.0, MAX_NEW, seed=5)
     seen = []
@@ -126,7 +126,7 @@ def test_a_lockstep_round_makes_the_same_calls_with_rows_and_without(loop):
                 votes.append(flag)
                 return flag or other_lacks_hidden
 
-            out = run_pruned_round(engine, tok, rollout_loop.scorer, pruner, pool, reqs, chosen, sampling, 0, 0, 0, G, any_rank)
+            out = run_pruned_round(engine, tok, rollout_loop.scorer, pruner, PlannedRound(pool, reqs, chosen, sampling), any_rank)
             seen.append((other_lacks_hidden, len(reqs), engine.calls, votes, pruner.seen))
             assert [m for _, m in engine.calls] == [DETECT, MAX_NEW - DETECT]
             assert votes == [False]  # the HF engine gave every row its hidden state
@@ -154,7 +154,7 @@ def test_a_done_rank_joins_each_pruned_round_with_an_empty_one(loop):
         votes.append(flag)
         return next(rounds)
 
-    state = RolloutState(pool=make_pool([3], batch_size=1), group_size=G, step=0, seed=0)
+    state = RolloutState(with_context(make_pool([3], batch_size=1), group_size=G, step=0, seed=0))
     joiner._join_other_ranks(any_rank, KeepFirstTwo(), state)
     assert engine.calls == [(0, DETECT), (0, MAX_NEW - DETECT), (0, DETECT), (0, MAX_NEW - DETECT)]
     assert votes == [False] * 5  # round?, hidden?, round?, hidden? (True: the pruner ran on no rows), round?
