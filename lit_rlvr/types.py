@@ -197,8 +197,29 @@ class RolloutBatch:
 # --------------------------------------------------------------------------- the rollout stage's records
 
 
+class _PoolContextFields:
+    """``step``, ``seed`` and ``group_size`` read from ``self.pool.context`` (the step context is carried once)."""
+
+    pool: PromptPool
+
+    @property
+    def group_size(self) -> int:
+        """G, the configured rollouts per prompt (the pool's ``context.group_size``)."""
+        return self.pool.context.group_size
+
+    @property
+    def step(self) -> int:
+        """Training step index (pools consumed before this one; the pool's ``context.step``)."""
+        return self.pool.context.step
+
+    @property
+    def seed(self) -> int:
+        """The run's seed, for ``seeded_generator`` (the pool's ``context.seed``)."""
+        return self.pool.context.seed
+
+
 @dataclass
-class RolloutState:
+class RolloutState(_PoolContextFields):
     """What the rollout loop has generated so far this step, per pool prompt (P = len(pool))."""
 
     pool: PromptPool
@@ -217,21 +238,6 @@ class RolloutState:
     def __post_init__(self) -> None:
         if not self.rewards:
             self.rewards = [[] for _ in range(len(self.pool))]
-
-    @property
-    def group_size(self) -> int:
-        """G, the configured rollouts per prompt (the pool's ``context.group_size``)."""
-        return self.pool.context.group_size
-
-    @property
-    def step(self) -> int:
-        """Training step index (pools consumed before this one; the pool's ``context.step``)."""
-        return self.pool.context.step
-
-    @property
-    def seed(self) -> int:
-        """The run's seed, for ``seeded_generator`` (the pool's ``context.seed``)."""
-        return self.pool.context.seed
 
     def carry(self, group: "CarriedGroup") -> int:
         """Append ``group``'s prompt to the pool with its earlier rollouts; returns its pool index.
@@ -311,7 +317,7 @@ class CarriedGroup:
 
 
 @dataclass
-class PartialRollouts:
+class PartialRollouts(_PoolContextFields):
     """One round's rollouts after ``detect_tokens`` tokens, as the rollout loop hands them to a pruner (n rows).
 
     Rows that stopped before ``detect_tokens`` are complete and already scored (``finished``,
@@ -338,18 +344,6 @@ class PartialRollouts:
     def context(self) -> StepContext:
         """The step these rollouts are generated at (their pool's): step, seed, rank, group size."""
         return self.pool.context
-
-    @property
-    def step(self) -> int:
-        return self.pool.context.step
-
-    @property
-    def seed(self) -> int:
-        return self.pool.context.seed
-
-    @property
-    def group_size(self) -> int:
-        return self.pool.context.group_size
 
     def __len__(self) -> int:
         return len(self.completions)
