@@ -293,10 +293,14 @@ class TimeLimitedCaller(BatchLoop):
         )
 
     def _settings_key(self) -> bytes:
-        """What shapes this caller's zygotes, for ``parked``: the set-up and environment, less their own directory."""
+        """What shapes this caller's zygotes, for ``parked``: the set-up and environment, less their own directory
+        (and less the launch directory when no module is imported from it: then the zygote never looks there)."""
         if self.limits is None:
             return parked.settings_key(self._setup(None), {**os.environ, **worker_env((), None)})
-        return parked.settings_key(self._setup(""), worker_env(self.env_names, ""))
+        setup = self._setup("")
+        if setup["launch_dir"] not in setup["listable"]:
+            setup = {**setup, "launch_dir": None}
+        return parked.settings_key(setup, worker_env(self.env_names, ""))
 
     def _spawn(self) -> str | None:
         """Take one worker: a kept idle zygote with these settings, else a new one (it reports ready later).
