@@ -120,10 +120,11 @@ def _plot(chosen: dict[str, dict[str, list[int]]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
+    styles = ["-", "--", ":", "-."]
     for s, per_seed in chosen.items():
-        for seed, b in per_seed.items():
+        for i, (seed, b) in enumerate(per_seed.items()):
             if len(set(b)) > 1:
-                ax.step(range(len(b)), b, where="post", label=f"{s} seed {seed}")
+                ax.step(range(len(b)), b, where="post", ls=styles[i % len(styles)], lw=1.4, label=f"{s} seed {seed}")
     fixed = sorted({b[0] for per_seed in chosen.values() for b in per_seed.values() if b and len(set(b)) == 1})
     for p in fixed:
         ax.axhline(p, color="grey", lw=0.6, ls=":")
