@@ -131,7 +131,8 @@ def _plot(chosen: dict[str, dict[str, list[int]]], path: Path) -> None:
     ax.set_xlabel("step")
     ax.set_ylabel("prompts in the step")
     ax.set_title("the batch the controller chose (dotted: the fixed batches)")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
