@@ -332,6 +332,11 @@ class PolicyModule(pl.LightningModule):
             random.setstate(rng["python"])
             np.random.set_state(_numpy_rng_state(rng["numpy"]))
 
+    def teardown(self, stage: str) -> None:
+        """The fit (or evaluation) is over: let its reward workers go; idle ones serve a later one in this process
+        (``rewards/parked.py``), and a later call on this module takes workers again."""
+        self.scorer.close()
+
     def on_fit_end(self) -> None:
         if not self.export_dir:
             return

@@ -19,8 +19,11 @@ import torch
 
 pytest_plugins = ["tests.duration_guard"]  # a unit test past its CPU limit fails (tests/duration_guard.py)
 
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+"""Test processes sharing the CPUs (pytest-xdist's ``-n``, on by default in pyproject.toml)."""
 if "OMP_NUM_THREADS" not in os.environ:  # respect an explicit setting (shared machines: 1 avoids spin-wait stalls)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    # the CPUs split between the test processes: two processes of two threads each stall on 2 cores
+    torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _XDIST_WORKERS)))
 
 USER_HOME = Path(os.path.expanduser("~")).resolve()
 SESSION_HOME = Path(tempfile.mkdtemp(prefix="lit-rlvr-tests-home-"))

@@ -168,17 +168,19 @@ def read_roots(modules: Sequence[str], extra: Sequence[str], launch_dir: str) ->
     Hidden files (``hide_from_workers``) are left out of every root.
     """
     readable = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *SYSTEM_READ_PATHS}
+    from_launch_dir = False
     for name in ("lit_rlvr", *modules):
         root = module_root(name)
         if root is None:
             top = name.split(".")[0]
             for candidate in (os.path.join(launch_dir, top + ".py"), os.path.join(launch_dir, top)):
                 if os.path.exists(candidate):
-                    root = candidate
+                    root, from_launch_dir = candidate, True
         if root is not None:
             readable.add(root)
     readable.update(os.path.abspath(p) for p in extra)
-    listable = {os.path.abspath(p or ".") for p in sys.path} | {launch_dir}
+    # the launch directory is listed only where a module is imported from it (nothing else there is readable)
+    listable = {os.path.abspath(p or ".") for p in sys.path} | ({launch_dir} if from_launch_dir else set())
     allowed = {q for p in readable if os.path.exists(p) for q in _without(p, sorted(_HIDDEN))}
     return sorted(allowed), sorted(p for p in listable if os.path.isdir(p))
 

@@ -25,6 +25,10 @@ Design notes:
 * Workers are started lazily, in parallel, and are ready (sandboxed, function
   imported, ``preload`` imported, warm-up call done) before any deadline
   starts, so start-up time is never charged to a call.
+* A caller that is closed or collected leaves its idle, ready zygotes to the
+  next caller in this process with identical settings (``parked.py``): a zygote
+  never runs a call itself, so between callers it is in the state it is in
+  between two calls of one caller.
 * Thread-safe: one lock serialises batches. Workers ignore SIGINT, are killed by
   the kernel when the trainer dies (parent-death signal, which they cannot
   remove) and at interpreter exit; their working directories are removed with
@@ -45,6 +49,7 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Optional, Sequence, Union
 
+from lit_rlvr.rewards import parked
 from lit_rlvr.rewards.call_batch import BatchLoop, CallOutcome
 from lit_rlvr.rewards.output_relay import OutputRelay
 from lit_rlvr.rewards.protocol import error_summary
@@ -137,7 +142,9 @@ class TimeLimitedCaller(BatchLoop):
         self.timeouts = 0
         """Calls that hit the time limit."""
         self.starts = 0
-        """Workers started (the first one included)."""
+        """Workers taken into service (the first one included): started, or kept from an earlier caller."""
+        self.reused = 0
+        """Of ``starts``, zygotes kept from an earlier caller with the same settings (``parked.py``)."""
         self.protocol_errors = 0
         """Replies that broke the protocol (each failed its item and cost the worker)."""
         self._init_state()
@@ -245,13 +252,13 @@ class TimeLimitedCaller(BatchLoop):
             raise ValueError(error)
 
     def close(self) -> None:
-        """Stop the workers (a later call starts new ones)."""
+        """Let go of the workers (a later call takes new ones): idle ones are kept for a caller with the same settings."""
         with self._lock:
-            self._kill_all()
+            self._kill_all(keep_idle=True)
 
     def __del__(self) -> None:
         try:
-            self._kill_all()
+            self._kill_all(keep_idle=True)
         except Exception:
             pass
 
@@ -285,8 +292,28 @@ class TimeLimitedCaller(BatchLoop):
             launch_dir=self.cwd, parent_pid=os.getpid(), simulate_missing=simulated_missing(),
         )
 
+    def _settings_key(self) -> bytes:
+        """What shapes this caller's zygotes, for ``parked``: the set-up and environment, less their own directory
+        (and less the launch directory when no module is imported from it: then the zygote never looks there)."""
+        if self.limits is None:
+            return parked.settings_key(self._setup(None), {**os.environ, **worker_env((), None)})
+        setup = self._setup("")
+        if setup["launch_dir"] not in setup["listable"]:
+            setup = {**setup, "launch_dir": None}
+        return parked.settings_key(setup, worker_env(self.env_names, ""))
+
     def _spawn(self) -> str | None:
-        """Start one worker (it reports ready later); returns an error message if it cannot start."""
+        """Take one worker: a kept idle zygote with these settings, else a new one (it reports ready later).
+
+        Returns an error message if a new one cannot start.
+        """
+        kept = parked.take(self._settings_key())
+        if kept is not None:
+            w, self.sandbox = kept
+            self.starts += 1
+            self.reused += 1
+            self._slots.append(w)
+            return None
         remove_stale_workdirs()
         workdir = new_workdir() if self.limits is not None else None
         env = worker_env(self.env_names, workdir) if workdir is not None else {**os.environ, **worker_env((), None)}
@@ -307,9 +334,20 @@ class TimeLimitedCaller(BatchLoop):
         if self._pid == os.getpid():
             w.kill(self._relay)
 
-    def _kill_all(self) -> None:
-        for w in list(getattr(self, "_slots", [])):
-            self._kill(w)
+    def _kill_all(self, keep_idle: bool = False) -> None:
+        """Kill every worker; with ``keep_idle``, idle ready ones are kept for a later caller (``parked.park``)."""
+        slots = list(getattr(self, "_slots", []))
+        key = None
+        if keep_idle and slots and self._pid == os.getpid():
+            try:
+                key = self._settings_key()
+            except Exception:  # e.g. at interpreter shutdown: kill them instead
+                key = None
+        for w in slots:
+            if key is not None and parked.park(key, w, self.sandbox, self._relay):
+                self._slots.remove(w)
+            else:
+                self._kill(w)
 
 
 @atexit.register

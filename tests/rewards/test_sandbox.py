@@ -83,6 +83,7 @@ def test_no_network_and_no_signals_to_other_processes(report):
 
 
 def test_resource_limits_and_workdir(tmp_path):
+    from lit_rlvr.rewards import parked
     from lit_rlvr.rewards.sandbox import SandboxLimits
 
     limits = SandboxLimits(address_space_mb=4096, cpu_seconds=100, open_files=64)
@@ -95,6 +96,8 @@ def test_resource_limits_and_workdir(tmp_path):
         assert os.path.isdir(workdir)
     finally:
         caller.close()
+    assert os.path.isdir(workdir)  # a closed reward's idle zygote is kept for the next reward (rewards/parked.py)
+    parked.kill_all()
     assert not os.path.exists(workdir)  # thrown away with the worker
 
 

@@ -1,0 +1,142 @@
+"""The batch controller's cells beside GRPO at fixed prompt batches: rollouts, tokens and training seconds to
+held-out targets, paired by seed with a reference strategy, and the batch the controller chose at each step.
+
+    python benchmarks/batch_choice.py --ref grpo \
+        --cells grpo=docs/results/bench_real/smollm2_noise grpo+b4=docs/results/bench_real/smollm2_noise \
+                grpo+b2=docs/results/bench_real/smollm2_noise adaptive_batch=docs/results/bench_real/smollm2_noise \
+        --out docs/results/adaptive_batch/regime_a
+
+Each ``--cells`` entry names a strategy and the folder of its result files (``<strategy>_seed<S>.json``; the
+batch per step is read from their ``.groups.csv``, one row per prompt rolled out). Writes ``<out>.md``,
+``<out>.json`` and ``<out>_batch.png`` (prompts per step of every strategy whose batch changes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lit_rlvr.bench.result_report import TOKENS, TRAIN_SECONDS, cumulative_at_target, runs_from_results  # noqa: E402
+from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
+from lit_rlvr.curves import accuracy_curve, rollouts_to_target  # noqa: E402
+from lit_rlvr.group_records import read_groups  # noqa: E402
+
+METRIC = "heldout_prompts/pass@1"
+AXES = (("rollouts", None), ("tokens", TOKENS), ("seconds", TRAIN_SECONDS))
+
+
+def cells(strategy: str, folder: Path, seeds: list[int] | None) -> list:
+    """The runs of ``strategy`` in ``folder`` (only ``seeds`` when given), by seed."""
+    runs = [r for r in runs_from_results(folder) if r.strategy == strategy]
+    return sorted((r for r in runs if seeds is None or int(r.seed) in seeds), key=lambda r: int(r.seed))
+
+
+def to_target(run, target: float, axis: str | None) -> float:
+    """Cumulative rollouts (``axis`` None), tokens or training seconds when held-out accuracy first reaches ``target``."""
+    if axis is None:
+        x, y, _ = accuracy_curve(run, METRIC)
+        return rollouts_to_target(x, y, target) if len(x) else math.nan
+    return cumulative_at_target(run, target, METRIC, axis)
+
+
+def batches(folder: Path, strategy: str, seed: str) -> list[int]:
+    """Prompts rolled out at each step of one cell, from its group records."""
+    path = folder / f"{strategy}_seed{seed}.groups.csv"
+    if not path.is_file():
+        return []
+    per_step = Counter(int(r.step) for r in read_groups(path))
+    return [per_step[s] for s in range(max(per_step) + 1)] if per_step else []
+
+
+def run_lengths(b: list[int]) -> str:
+    """``8 8 8 5 2 2`` as ``8×3 5 2×2``."""
+    out, i = [], 0
+    while i < len(b):
+        j = i
+        while j < len(b) and b[j] == b[i]:
+            j += 1
+        out.append(f"{b[i]}×{j - i}" if j - i > 1 else str(b[i]))
+        i = j
+    return " ".join(out)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cells", nargs="+", required=True, help="STRATEGY=FOLDER, one per strategy")
+    ap.add_argument("--ref", default="grpo", help="the strategy the ratios are paired with (by seed)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None)
+    ap.add_argument("--targets", type=float, nargs="+", default=[0.5, 0.6])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    folders = dict(c.split("=", 1) for c in args.cells)
+    runs = {s: cells(s, Path(f), args.seeds) for s, f in folders.items()}
+    if args.ref not in runs:
+        raise SystemExit(f"--ref {args.ref} is not one of --cells ({', '.join(runs)})")
+    lines, rows = [], []
+    for target in args.targets:
+        values = {s: {ax: {r.seed: to_target(r, target, col) for r in rs} for ax, col in AXES} for s, rs in runs.items()}
+        lines += [f"### To {target:.2f} held-out ({METRIC}), × {args.ref}'s on the same seeds", "",
+                  "| strategy | seeds | reached | rollouts (mean ± sd) | × rollouts | × tokens | × seconds |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for s, v in values.items():
+            ratios = {ax: stat(paired_ratios(v[ax], values[args.ref][ax])) for ax, _ in AXES}
+            absolute = stat(list(v["rollouts"].values()))
+            reached = sum(math.isfinite(x) for x in v["rollouts"].values())
+            seeds = ",".join(r.seed for r in runs[s])
+            cell = lambda m: f"{m['mean']:.2f} ± {m['std']:.2f}" if m["n"] else "–"  # noqa: E731
+            lines.append(f"| {s} | {seeds} | {reached}/{len(runs[s])} | {absolute['mean']:.0f} ± {absolute['std']:.0f} | "
+                         f"{cell(ratios['rollouts'])} | {cell(ratios['tokens'])} | {cell(ratios['seconds'])} |")
+            rows.append({"target": target, "strategy": s, "seeds": seeds, "reached": reached, "per_seed": v,
+                         "ratios": ratios, "rollouts": absolute})
+        lines.append("")
+    lines += ["### Final held-out accuracy and prompts per step", "", "| strategy | final held-out (mean ± sd) | prompts per step, seed by seed |",
+              "|---|---:|---|"]
+    chosen = {}
+    for s, rs in runs.items():
+        final = stat([accuracy_curve(r, METRIC)[1][-1] for r in rs])
+        chosen[s] = {r.seed: batches(Path(folders[s]), s, r.seed) for r in rs}
+        shown = "; ".join(f"seed {seed}: {run_lengths(b)}" if len(set(b)) > 1 else f"seed {seed}: {b[0] if b else '?'} fixed"
+                          for seed, b in chosen[s].items())
+        lines.append(f"| {s} | {final['mean']:.3f} ± {final['std']:.3f} | {shown} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps({"cells": folders, "ref": args.ref, "rows": rows, "prompts_per_step": chosen},
+                                                        indent=1, default=str) + "\n")
+    _plot(chosen, args.out.parent / f"{args.out.name}_batch.png")
+    print("\n".join(lines))
+
+
+def _plot(chosen: dict[str, dict[str, list[int]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    styles = ["-", "--", ":", "-."]
+    for s, per_seed in chosen.items():
+        for i, (seed, b) in enumerate(per_seed.items()):
+            if len(set(b)) > 1:
+                ax.step(range(len(b)), b, where="post", ls=styles[i % len(styles)], lw=1.4, label=f"{s} seed {seed}")
+    fixed = sorted({b[0] for per_seed in chosen.values() for b in per_seed.values() if b and len(set(b)) == 1})
+    for p in fixed:
+        ax.axhline(p, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("step")
+    ax.set_ylabel("prompts in the step")
+    ax.set_title("the batch the controller chose (dotted: the fixed batches)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
