@@ -17,12 +17,36 @@ import pickle
 import shutil
 import subprocess
 import sys
-from typing import Any, Optional
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Optional, TypeVar
 
 from lit_rlvr.rewards import protocol
 from lit_rlvr.rewards.output_relay import OutputRelay
 
 _BOOT = "import sys; from lit_rlvr.rewards.worker import main; main(sys.argv[1:])"
+
+
+T = TypeVar("T")
+_spawner: Optional[ThreadPoolExecutor] = None
+_spawner_pid: Optional[int] = None
+_spawner_lock = threading.Lock()
+
+
+def in_spawner_thread(fn: Callable[[], T]) -> T:
+    """Run ``fn`` (a process start) in one thread that lives as long as this process.
+
+    A zygote's parent-death signal (``PR_SET_PDEATHSIG``, SIGKILL) fires when the *thread* that started it
+    ends, not the process: a reward first called from a short-lived thread (a data-loader or evaluation
+    thread) would otherwise lose its workers, and the calls in flight, when that thread returned.
+    """
+    global _spawner, _spawner_pid
+    with _spawner_lock:
+        if _spawner is None or _spawner_pid != os.getpid():  # a fork has no copy of its parent's thread
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lit-rlvr-reward-spawner")
+            _spawner_pid = os.getpid()
+        spawner = _spawner
+    return spawner.submit(fn).result()
 
 
 def read_available(fd: int) -> Optional[bytes]:
@@ -61,12 +85,12 @@ class WorkerProcess:
         rep_r, rep_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
         try:
-            proc = subprocess.Popen(
+            proc = in_spawner_thread(lambda: subprocess.Popen(
                 [sys.executable, "-c", _BOOT, str(req_r), str(rep_w), str(ctl_w)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 pass_fds=(req_r, rep_w, ctl_w), cwd=cwd, env=env,
                 start_new_session=True,  # its own process group: the trainer's is out of reach
-            )
+            ))
         except BaseException:
             for fd in (req_w, rep_r, ctl_r):
                 os.close(fd)

@@ -240,3 +240,20 @@ def test_worker_is_closed_at_exit_and_when_parent_dies():
 def test_lambda_is_rejected_at_construction():
     with pytest.raises(ValueError, match="module-level function or an import path"):
         TimeLimitedCaller(lambda x: x, timeout_s=1)
+
+
+def test_workers_started_from_a_thread_outlive_it():
+    """PR_SET_PDEATHSIG fires when the *thread* that started a process ends: zygotes start from one long-lived
+    thread, so a reward first called from a short-lived thread keeps its workers after that thread ends."""
+    caller = TimeLimitedCaller(helpers.add, timeout_s=10, workers=1)
+    try:
+        first = {}
+        t = threading.Thread(target=lambda: first.update(outcome=caller.call(1, 2), pid=caller.worker_pid))
+        t.start()
+        t.join(60)
+        assert first["outcome"] == (True, 3, False)
+        time.sleep(0.5)  # the signal, if any, has arrived by now
+        assert caller.call(2, 2) == (True, 4, False)
+        assert caller.worker_pid == first["pid"] and caller.starts == 1
+    finally:
+        caller.close()
