@@ -295,12 +295,15 @@ class TimeLimitedCaller(BatchLoop):
     def _settings_key(self) -> bytes:
         """What shapes this caller's zygotes, for ``parked``: the set-up and environment, less their own directory
         (and less the launch directory when no module is imported from it: then the zygote never looks there)."""
-        if self.limits is None:
-            return parked.settings_key(self._setup(None), {**os.environ, **worker_env((), None)})
-        setup = self._setup("")
-        if setup["launch_dir"] not in setup["listable"]:
+        workdir = "" if self.limits is not None else None  # a placeholder: the key leaves the directory out
+        setup = self._setup(workdir)
+        if workdir is not None and setup["launch_dir"] not in setup["listable"]:
             setup = {**setup, "launch_dir": None}
-        return parked.settings_key(setup, worker_env(self.env_names, ""))
+        return parked.settings_key(setup, self._env(workdir))
+
+    def _env(self, workdir: Optional[str]) -> dict[str, str]:
+        """A new worker's whole environment: the sandbox's allow-list, or (unsandboxed) the trainer's own."""
+        return worker_env(self.env_names, workdir) if workdir is not None else {**os.environ, **worker_env((), None)}
 
     def _spawn(self) -> str | None:
         """Take one worker: a kept idle zygote with these settings, else a new one (it reports ready later).
@@ -316,7 +319,7 @@ class TimeLimitedCaller(BatchLoop):
             return None
         remove_stale_workdirs()
         workdir = new_workdir() if self.limits is not None else None
-        env = worker_env(self.env_names, workdir) if workdir is not None else {**os.environ, **worker_env((), None)}
+        env = self._env(workdir)
         try:
             w = WorkerProcess.start(self._setup(workdir), env, workdir or self.cwd, time.monotonic() + self.startup_timeout_s)
         except Exception as e:
