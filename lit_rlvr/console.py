@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import warnings
 from typing import Any, Union
 
@@ -59,6 +60,24 @@ class _RankZeroInfo(logging.Filter):
         return record.levelno >= logging.WARNING or getattr(rank_zero_only, "rank", 0) == 0
 
 
+class CurrentStderrHandler(logging.StreamHandler):
+    """A ``StreamHandler`` writing to ``sys.stderr`` as it is at each record, not as it was when the
+    handler was made: a process that runs fits one after another with stderr redirected to each
+    fit's own log file (the benchmarks' fit workers, a notebook) would otherwise write later fits'
+    lines into the first fit's file, closed by then ("--- Logging error ---")."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ and setStream assign it; sys.stderr decides
+        pass
+
+
 def show_lit_rlvr_logs() -> None:
     """Print lit_rlvr's INFO lines on stderr, as Lightning does for its own logger.
 
@@ -70,7 +89,7 @@ def show_lit_rlvr_logs() -> None:
         logger.setLevel(logging.INFO)
     if logging.getLogger().hasHandlers() or any(getattr(h, "_lit_rlvr", False) for h in logger.handlers):
         return
-    handler = logging.StreamHandler()
+    handler = CurrentStderrHandler()
     handler._lit_rlvr = True  # type: ignore[attr-defined]
     handler.addFilter(_RankZeroInfo())
     logger.addHandler(handler)

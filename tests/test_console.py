@@ -101,3 +101,27 @@ def test_the_end_of_fit_summary_names_the_run_and_its_files(fit_and_resume):
     assert f"{v0}/reward.png" in first and "exported policy       none (set model.export_dir)" in first
     assert (work / v0 / "reward.png").read_bytes()[:4] == b"\x89PNG"
     assert "held-out accuracy near 0.000 is expected" in first  # the random tiny policy, after the summary
+
+
+def test_the_log_handler_follows_stderr_when_it_is_replaced(monkeypatch):
+    # before: the handler kept the stderr of its creation; a second fit in the same process (the benchmarks'
+    # fit workers redirect stderr to each fit's log file) logged "--- Logging error ---" to the closed first file
+    import io
+    import logging
+
+    from lit_rlvr.console import CurrentStderrHandler
+
+    logger = logging.getLogger("lit_rlvr.test_handler")
+    monkeypatch.setattr(logger, "propagate", False)
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    handler = CurrentStderrHandler()
+    logger.addHandler(handler)
+    try:
+        logger.warning("one")
+        first.close()
+        monkeypatch.setattr(sys, "stderr", second)
+        logger.warning("two")
+    finally:
+        logger.removeHandler(handler)
+    assert second.getvalue() == "two\n"
