@@ -192,3 +192,25 @@ def test_default_root_dir_moves_the_export_and_every_logger(capsys, config):
     printed = yaml.safe_load(capsys.readouterr().out)
     assert [lg["init_args"]["save_dir"] for lg in printed["trainer"]["logger"]] == ["X"] * len(printed["trainer"]["logger"])
     assert printed["model"]["init_args"]["export_dir"] == "X/policy/{run}"  # {run}: the fit's version_N
+
+
+
+def test_a_named_subcommand_builds_only_its_own_parser(capsys, monkeypatch):
+    """``lit-rlvr fit ...`` builds fit's parser alone (each holds every trainer, model and data option: building
+    all four was half of a start-up's parsing); without a leading subcommand all four are there, as before."""
+    from lit_rlvr.cli import LitRLVRCLI
+
+    built = []
+    original = LitRLVRCLI._add_subcommands
+
+    def record(self, parser, **kwargs):
+        original(self, parser, **kwargs)
+        built.append(sorted(self._subcommand_parsers))
+
+    monkeypatch.setattr(LitRLVRCLI, "_add_subcommands", record)
+    for args in (["fit", "--config", str(BASES[0]), "--print_config"], ["predict", "--config", str(BASES[0]), "--print_config"], ["--help"]):
+        with pytest.raises(SystemExit):
+            main(args)
+    assert built == [["fit"], ["predict"], ["fit", "predict", "test", "validate"]]
+    out = capsys.readouterr().out
+    assert out.count("model:") >= 2 and "{fit,validate,test,predict}" in out
