@@ -85,6 +85,7 @@ def test_an_unknown_key_in_a_config_file_ends_on_the_key(tmp_path):
     assert "did you mean model.rollout.num_generations?" in line
 
 
+@pytest.mark.integration  # the real command line in a fresh process, like the other error-line tests here
 @pytest.mark.parametrize("how", ["flag", "file"])
 def test_a_class_path_typo_suggests_the_class(tmp_path, how):
     if how == "flag":
@@ -159,6 +160,7 @@ def test_each_fit_is_its_own_run_with_its_own_export(two_runs):
     assert not (work / "runs/tiny/csv/version_2").exists()  # the resume wrote into version_0
 
 
+@pytest.mark.integration  # shares its fixture's real fits with the other end-to-end tests of this file
 def test_a_resume_writes_into_its_own_run_and_summarises_it_truly(two_runs):
     # before: the resume opened version_2, its summary named a metrics.csv that did not exist there
     # ("plot none (needs a CSVLogger)", "not measured ... limit_val_batches") when it had nothing to train
@@ -174,6 +176,7 @@ def test_a_resume_writes_into_its_own_run_and_summarises_it_truly(two_runs):
     assert sorted(set(steps)) == [0, 1, 2, 3]
 
 
+@pytest.mark.integration  # shares its fixture's real fits with the other end-to-end tests of this file
 def test_plot_run_plots_one_run_into_its_folder(two_runs):
     # before: merged both fits' metrics and wrote reward.png into the working directory
     work, *_ = two_runs

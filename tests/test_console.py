@@ -62,11 +62,13 @@ def test_a_fit_and_its_resume_print_no_noise(fit_and_resume, noise):
     assert noise not in resumed
 
 
+@pytest.mark.integration  # shares its fixture's real fits with the other end-to-end tests of this file
 def test_progress_counts_steps_of_max_steps(fit_and_resume):
     _, first, resumed = fit_and_resume
     assert re.search(r"Step\b.*\b2/2\b", first) and re.search(r"Step\b.*\b4/4\b", resumed)
 
 
+@pytest.mark.integration  # shares its fixture's real fits with the other end-to-end tests of this file
 def test_output_to_a_pipe_logs_a_progress_line(fit_and_resume):
     # before: nothing between the evaluation before training and the summary when the output is not a terminal
     _, first, resumed = fit_and_resume
@@ -76,12 +78,14 @@ def test_output_to_a_pipe_logs_a_progress_line(fit_and_resume):
     assert "lit-rlvr: step 4/4: 64 rollouts so far" in resumed  # counters continue across the resume
 
 
+@pytest.mark.integration  # shares its fixture's real fits with the other end-to-end tests of this file
 def test_the_before_training_line_prints_once(fit_and_resume):
     _, first, resumed = fit_and_resume
     assert first.count("held-out accuracy before training: {'val/pass@1': ") == 1
     assert "held-out accuracy before training" not in resumed  # a resumed run has trained already
 
 
+@pytest.mark.integration  # shares its fixture's real fits with the other end-to-end tests of this file
 def test_the_end_of_fit_summary_names_the_run_and_its_files(fit_and_resume):
     work, first, resumed = fit_and_resume
     v0 = "runs/tiny/csv/version_0"

@@ -7,7 +7,8 @@ which the static check cannot see) are product modules that load no benchmark co
 
 * static: every import statement in every file of ``lit_rlvr/`` (top level, inside a function,
   under ``TYPE_CHECKING``) names a module of the same or a lower layer;
-* at run time: importing a representative module of each layer in a fresh interpreter loads
+* at run time: importing a representative module of each layer in a fresh interpreter (a fork of one
+  that imported only the third-party packages, ``modules_loaded_by``) loads
   no module of a higher layer (so ``lit_rlvr.rollout.loop`` and ``lit_rlvr.module`` load no
   selection method, and the contract loads neither the rollout loop nor the module).
 
@@ -277,13 +278,87 @@ def test_the_static_check_finds_an_upward_import_wherever_it_stands(tmp_path):
     ]
 
 
+THIRD_PARTY = ("torch", "lightning.pytorch", "transformers", "peft", "jsonargparse", "numpy", "matplotlib.pyplot")
+"""Imported once before the forks of ``modules_loaded_by``: what every lit_rlvr import costs, and loads no lit_rlvr module."""
+
+_FORK_SERVER = textwrap.dedent(
+    """
+    import importlib, json, os, sys
+    for name in sys.argv[2:]:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    ours = [m for m in sys.modules if m.split(".")[0] in ("lit_rlvr", "benchmarks")]
+    assert not ours, f"the preloaded packages loaded {ours}: the check would be void"
+    results = {}
+    for key, modules in json.loads(sys.argv[1]).items():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: import the group, report sys.modules, leave without cleanup
+            os.close(read)
+            try:
+                for m in modules:
+                    importlib.import_module(m)
+                out = {"loaded": sorted(sys.modules)}
+            except BaseException as e:
+                out = {"error": f"{type(e).__name__}: {e}"}
+            with os.fdopen(write, "w") as f:
+                json.dump(out, f)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            results[key] = json.loads(f.read() or '{"error": "the child wrote nothing"}')
+        os.waitpid(pid, 0)
+    print(json.dumps(results))
+    """
+)
+
+
+def modules_loaded_by(groups: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Per group, every module in ``sys.modules`` after importing the group's modules into a fresh interpreter.
+
+    One interpreter imports the heavy third-party packages once (``THIRD_PARTY``, no lit_rlvr module), then
+    forks a child per group, so each group starts from an interpreter that has imported nothing of lit_rlvr
+    (a fresh interpreter per group cost about 4 s each on 2 idle cores, 19 s under load).
+    """
+    out = subprocess.run([sys.executable, "-c", _FORK_SERVER, json.dumps(groups), *THIRD_PARTY], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    errors = {k: r["error"] for k, r in results.items() if "error" in r}
+    assert not errors, errors
+    return {k: r["loaded"] for k, r in results.items()}
+
+
+def _subcommand_modules() -> list[str]:
+    from lit_rlvr.cli import SUBCOMMANDS
+
+    return sorted({target.split(":")[0] for target, _ in SUBCOMMANDS.values()})
+
+
+@pytest.fixture(scope="module")
+def loaded_by_group() -> dict[str, list[str]]:
+    """What each layer's representatives, and the CLI's subcommands together, load (one fork server)."""
+    groups = {str(layer): modules for layer, modules in REPRESENTATIVES.items()}
+    groups["subcommands"] = _subcommand_modules()
+    groups |= {"stdlib only": ["json"], "types only": ["lit_rlvr.types"], "stdlib again": ["json"]}  # the server's own check
+    return modules_loaded_by(groups)
+
+
+def test_a_forked_group_starts_with_nothing_of_lit_rlvr_loaded(loaded_by_group):
+    """The fork server's children are as fresh as a new interpreter for lit_rlvr: a group importing only the
+    standard library, also after one that imported lit_rlvr, sees no lit_rlvr module; one importing a module sees it."""
+    assert not [m for m in loaded_by_group["stdlib only"] + loaded_by_group["stdlib again"] if m.startswith("lit_rlvr")]
+    assert "lit_rlvr.types" in loaded_by_group["types only"]
+    assert "torch" in loaded_by_group["stdlib only"]  # preloaded, as intended
+
+
 @pytest.mark.parametrize("layer", sorted(REPRESENTATIVES), ids=lambda n: NAMES[n].replace(" ", "_"))
-def test_importing_a_layer_loads_no_module_of_a_higher_layer(layer):
-    """A fresh interpreter: what importing the layer's modules pulls in, by ``sys.modules``."""
-    code = "import json, sys\n" + "".join(f"import {m}\n" for m in REPRESENTATIVES[layer])
-    code += "print(json.dumps(sorted(k for k in sys.modules if k == 'lit_rlvr' or k.startswith('lit_rlvr.'))))\n"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
-    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+def test_importing_a_layer_loads_no_module_of_a_higher_layer(layer, loaded_by_group):
+    """A fresh interpreter (a fork of one that imported only third-party packages): what importing the
+    layer's modules pulls in, by ``sys.modules``."""
+    loaded = [k for k in loaded_by_group[str(layer)] if k == "lit_rlvr" or k.startswith("lit_rlvr.")]
     higher = [m for m in loaded if (layer_of(m) or 0) > layer and m != "lit_rlvr"]
     assert not higher, f"importing {REPRESENTATIVES[layer]} ({NAMES[layer]}) loaded higher layers: {higher}"
     if layer <= 3:  # the core never loads a selection method
@@ -348,17 +423,13 @@ def test_the_lab_check_finds_an_import_of_the_benchmarks_wherever_it_stands(tmp_
     ]
 
 
-def test_the_cli_s_subcommands_are_product_modules_that_load_no_benchmark_code():
+def test_the_cli_s_subcommands_are_product_modules_that_load_no_benchmark_code(loaded_by_group):
     """``lit-rlvr <tool>`` imports its module by name (``importlib``): each is placed below the lab, and
     importing all of them in a fresh interpreter loads no ``lit_rlvr.bench`` and no ``benchmarks``."""
-    from lit_rlvr.cli import SUBCOMMANDS
-
-    modules = sorted({target.split(":")[0] for target, _ in SUBCOMMANDS.values()})
+    modules = _subcommand_modules()
     placed = {m: layer_of(m) for m in modules}
     assert all(layer is not None and layer < LAB for layer in placed.values()), placed
-    code = "import json, sys\n" + "".join(f"import {m}\n" for m in modules)
-    code += "print(json.dumps(sorted(sys.modules)))\n"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
-    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    loaded = loaded_by_group["subcommands"]
+    assert set(modules) <= set(loaded)
     lab = [m for m in loaded if m.split(".")[0] == "benchmarks" or (m.startswith("lit_rlvr.") and (layer_of(m) or 0) >= LAB)]
     assert not lab, f"importing the subcommands {modules} loaded benchmark code: {lab}"

@@ -157,7 +157,7 @@ def test_a_raising_reward_is_counted_and_scored_zero(tmp_path):
 def test_a_step_with_every_prompt_skipped_generates_nothing_and_the_run_goes_on(tmp_path):
     # GRESO can skip a whole pool when Dynamic Sampling has nothing left to refill with
     main(["fit", "--config", TINY, "--trainer.max_steps=3", "--trainer.limit_val_batches=0", *PARITY,
-          "--trainer.callbacks+=tests.helpers.SkipEveryPrompt", "--trainer.callbacks.steps=[1]"])
+          "--trainer.callbacks+=tests.fit_callbacks.SkipEveryPrompt", "--trainer.callbacks.steps=[1]"])
     rows = _metrics("runs/tiny")
     assert [float(r["rollouts/generated"]) for r in rows] == [16.0, 0.0, 16.0]
     assert float(rows[-1]["cumulative/rollouts_generated"]) == 32.0

@@ -45,7 +45,7 @@ def write_source(folder: Path) -> PromptDataModule:
 
 def echo_module(engine: _EchoEngine) -> SimpleNamespace:
     """What the harvest asks of a GRPOModule, over the echo engine and the `shown_key` reward."""
-    scorer = RewardScorer([CallableReward(fn="tests.callbacks.test_oc_grpo:shown_key")])
+    scorer = RewardScorer([CallableReward(fn="tests.helpers:shown_key")])
     loop = RolloutLoop(engine, _CharTokenizer(), scorer, SamplingConfig(1.0, 1.0, 8))
     return SimpleNamespace(seed=3, accuracy_reward="shown_key", rollout_loop=loop,
                            render_prompt=lambda m: render_prompt(loop.tokenizer, m),
@@ -115,7 +115,7 @@ def test_lit_rlvr_oc_harvest_harvests_with_the_trainers_policy_engine_and_reward
     """``lit-rlvr oc-harvest`` on the tiny model: a fit config, loaded as `lit-rlvr fit` would."""
     monkeypatch.chdir(tmp_path)
     summary = run_subcommand("oc-harvest", ["--config", TINY, "--out", str(tmp_path / "out"), "--n", "2", "--limit", "6", "--batch", "4",
-                    "--model.rewards=[{class_path: lit_rlvr.rewards.CallableReward, init_args: {fn: 'tests.callbacks.oc_helpers:quarter_reward'}}]",
+                    "--model.rewards=[{class_path: lit_rlvr.rewards.CallableReward, init_args: {fn: 'tests.helpers:quarter_reward'}}]",
                     "--model.accuracy_reward=quarter_reward", "--model.rollout.max_new_tokens=4"])
     lines = [json.loads(x) for x in (tmp_path / "out" / "harvest.jsonl").read_text().splitlines()]
     assert sorted(r["prompt_id"] for r in lines) == list(range(6))

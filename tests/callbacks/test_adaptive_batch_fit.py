@@ -88,7 +88,7 @@ def test_a_tiny_fit_changes_its_batch_and_everything_follows(straight):
 def test_a_kill_9_resume_across_a_change_is_exact(straight, tmp_path):
     """kill -9 as step 3 starts; resume from last.ckpt (step 2's, saved after the first change was decided):
     the same pools, batches, beta2 and metrics as the straight run, and the same controller state at the end."""
-    kill = ["--trainer.callbacks+=tests.helpers.SignalAtStep", "--trainer.callbacks.step=3", f"--trainer.callbacks.signum={int(signal.SIGKILL)}"]
+    kill = ["--trainer.callbacks+=tests.fit_callbacks.SignalAtStep", "--trainer.callbacks.step=3", f"--trainer.callbacks.signum={int(signal.SIGKILL)}"]
     first = _fit(tmp_path / "first", *FIXED_COSTS, "--trainer.max_steps=6", callbacks=tuple(kill), expect=-signal.SIGKILL)
     (ckpt,) = glob.glob(str(first / "run" / "**" / "last.ckpt"), recursive=True)
     assert torch.load(ckpt, weights_only=False)["global_step"] == 2

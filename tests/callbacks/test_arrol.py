@@ -283,7 +283,7 @@ FIT = [
     "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:parity_reward",
     "--data.source.init_args.train_size=24", "--trainer.limit_val_batches=0",
     "--trainer.callbacks.init_args.detect_tokens=3", "--trainer.callbacks.init_args.cold_start_steps=1",
-    "--trainer.callbacks+=tests.helpers.DumpSelectorState", "--trainer.callbacks+=tests.helpers.DumpSurvivors",
+    "--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState", "--trainer.callbacks+=tests.fit_callbacks.DumpSurvivors",
 ]
 
 

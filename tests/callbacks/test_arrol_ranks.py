@@ -30,7 +30,7 @@ ARGS = [
     "--data.source.init_args.train_size=24", "--trainer.limit_val_batches=0", "--model.evaluation.before_training=false",
     "--trainer.callbacks.init_args.detect_tokens=3", "--trainer.callbacks.init_args.cold_start_steps=1",
     "--trainer.callbacks+=lit_rlvr.callbacks.DynamicSampling", "--trainer.callbacks.init_args.max_rounds=4",
-    "--trainer.callbacks+=tests.helpers.DumpSelectorState", "--trainer.callbacks+=tests.helpers.DumpSurvivors",
+    "--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState", "--trainer.callbacks+=tests.fit_callbacks.DumpSurvivors",
     "--trainer.callbacks+=tests.arrol_helpers.LockstepProbe", "--trainer.callbacks.init_args.drop_steps=[1]",
     f"--trainer.max_steps={STEPS}", "--trainer.default_root_dir=run",
 ]

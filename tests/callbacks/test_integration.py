@@ -23,7 +23,7 @@ COMMON = [
     "--trainer.limit_val_batches=0",
     "--model.rollout.max_new_tokens=4",
 ]
-RECORDER = ["--trainer.callbacks+=tests.helpers.DumpSelectorState"]
+RECORDER = ["--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState"]
 
 
 def _assert_same(a, b, path="state"):

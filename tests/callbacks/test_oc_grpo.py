@@ -179,13 +179,9 @@ class _EchoEngine:
         return [[Completion([1] * (k + 1), [0.0] * (k + 1), "stop", text=bytes(r.prompt_token_ids).decode()) for k in range(r.n)] for r in requests]
 
 
-def shown_key(completion, answer, metadata):
-    """Correct when the (echoed) prompt shows the word KEY of the solution."""
-    return float("KEY" in completion)
-
 
 def _fake_module(engine):
-    loop = SimpleNamespace(engine=engine, tokenizer=_CharTokenizer(), scorer=RewardScorer([CallableReward(fn="tests.callbacks.test_oc_grpo:shown_key")]),
+    loop = SimpleNamespace(engine=engine, tokenizer=_CharTokenizer(), scorer=RewardScorer([CallableReward(fn="tests.helpers:shown_key")]),
                            sampling=SamplingConfig(1.0, 1.0, 8))
     oc = OCGRPO()
     module = SimpleNamespace(accuracy_reward="shown_key", render_prompt=lambda messages: render_prompt(loop.tokenizer, messages),
@@ -379,12 +375,12 @@ def test_module_loss_gradient_scales_each_tokens_grpo_gradient_by_its_weight():
 # often not, so the cascade solves groups and sometimes climbs to 1.0 without success.
 FIT = [
     "--model.rewards+=lit_rlvr.rewards.CallableReward",
-    "--model.rewards.fn=tests.callbacks.oc_helpers:quarter_reward",
+    "--model.rewards.fn=tests.helpers:quarter_reward",
     "--model.accuracy_reward=quarter_reward",
     "--data.source.init_args.train_size=24",
     "--trainer.limit_val_batches=0",
     "--model.rollout.max_new_tokens=4",
-    "--trainer.callbacks+=tests.helpers.DumpSelectorState",
+    "--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState",
 ]
 
 

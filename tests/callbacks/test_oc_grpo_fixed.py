@@ -122,7 +122,7 @@ def test_rows_of_ordinary_prompts_are_left_alone_and_bad_metadata_fails():
 
 # --------------------------------------------------------------------------- a tiny fit on a harvested file
 
-REWARD = "--model.rewards=[{class_path: lit_rlvr.rewards.CallableReward, init_args: {fn: 'tests.callbacks.oc_helpers:quarter_reward'}}]"
+REWARD = "--model.rewards=[{class_path: lit_rlvr.rewards.CallableReward, init_args: {fn: 'tests.helpers:quarter_reward'}}]"
 
 
 def _fit(workdir, data_yaml, steps, ckpt=None):
@@ -130,7 +130,7 @@ def _fit(workdir, data_yaml, steps, ckpt=None):
     os.chdir(workdir)
     args = ["fit", "--config", TINY, "--config", FIXED, "--config", str(data_yaml), f"--trainer.max_steps={steps}", REWARD,
             "--model.accuracy_reward=quarter_reward", "--trainer.limit_val_batches=0", "--model.rollout.max_new_tokens=4",
-            "--data.batch_size=4", "--trainer.callbacks+=tests.helpers.DumpSelectorState"]
+            "--data.batch_size=4", "--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState"]
     main(args + (["--ckpt_path", ckpt] if ckpt else []))
     return torch.load(workdir / "selector_dump" / "rank0.pt", weights_only=False)
 

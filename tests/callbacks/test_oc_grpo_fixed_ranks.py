@@ -35,10 +35,10 @@ def _fit(tmp: Path) -> Path:
     cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
            "--config", str(ROOT / "configs" / "methods" / "oc_grpo_fixed.yaml"), "--config", str(tmp / "harvest" / "data.yaml"),
            "--trainer.strategy=ddp", "--trainer.devices=2", f"--trainer.max_steps={STEPS}", "--trainer.default_root_dir=run",
-           "--model.rewards=[{class_path: lit_rlvr.rewards.CallableReward, init_args: {fn: 'tests.callbacks.oc_helpers:quarter_reward'}}]",
+           "--model.rewards=[{class_path: lit_rlvr.rewards.CallableReward, init_args: {fn: 'tests.helpers:quarter_reward'}}]",
            "--model.accuracy_reward=quarter_reward", "--trainer.limit_val_batches=0", "--model.evaluation.before_training=false",
            "--model.rollout.max_new_tokens=4", "--data.batch_size=4",
-           "--trainer.callbacks+=tests.callbacks.oc_helpers.FixedProbe", "--trainer.callbacks+=tests.helpers.DumpSelectorState"]
+           "--trainer.callbacks+=tests.callbacks.oc_helpers.FixedProbe", "--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState"]
     # a session of its own, killed whole at the timeout: ranks out of step would wait on each other for ever
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
     assert done.returncode == 0, done.stderr[-4000:]

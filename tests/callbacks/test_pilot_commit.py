@@ -346,7 +346,7 @@ def test_a_tiny_fit_trains_counts_pilots_as_spent_and_commits_from_its_buffer(tm
 def test_a_fit_killed_with_sigkill_resumes_with_the_same_numbers(tmp_path):
     """SIGKILL at the start of step 3 (the last checkpoint is step 2's): the resumed run logs what a straight run logs."""
     straight = _rows(tmp_path / "straight") if _fit(tmp_path, "straight", 5, *SMALL) else None
-    killed = _fit(tmp_path, "killed", 5, *SMALL, "--trainer.callbacks+=tests.helpers.SignalAtStep",
+    killed = _fit(tmp_path, "killed", 5, *SMALL, "--trainer.callbacks+=tests.fit_callbacks.SignalAtStep",
                   "--trainer.callbacks.init_args.step=3", f"--trainer.callbacks.init_args.signum={int(signal.SIGKILL)}", check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     (ckpt,) = glob.glob(str(tmp_path / "killed" / "csv" / "version_*" / "checkpoints" / "last.ckpt"))
@@ -359,7 +359,7 @@ def test_a_fit_killed_with_sigkill_resumes_with_the_same_numbers(tmp_path):
 def test_two_ddp_ranks_hold_the_same_buffer(tmp_path):
     """2 processes (gloo on CPU): after every step both ranks hold the same buffer, exclusions and totals."""
     done = _fit(tmp_path, "ddp", 4, *SMALL, "--trainer.strategy=ddp", "--trainer.devices=2",
-                "--trainer.callbacks+=tests.helpers.DumpSelectorState")
+                "--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState")
     assert done.returncode == 0
     rank0 = torch.load(tmp_path / "selector_dump" / "rank0.pt", weights_only=False)["states"]
     rank1 = torch.load(tmp_path / "selector_dump" / "rank1.pt", weights_only=False)["states"]
