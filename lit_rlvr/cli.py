@@ -101,13 +101,17 @@ class LitRLVRParser(LightningArgumentParser):
         return text + subcommands_help() if self._subcommands_action is not None else text
 
 
+def _command_line(args: Any) -> Any:
+    """The arguments LightningCLI parses: ``args`` when given, else the process's command line."""
+    return sys.argv[1:] if args is None else args
+
+
 class LitRLVRCLI(LightningCLI):
     """LightningCLI with lit-rlvr's defaults and start-up checks."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("parser_class", LitRLVRParser)
-        raw = kwargs.get("args")
-        raw = sys.argv[1:] if raw is None else raw
+        raw = _command_line(kwargs.get("args"))
         self._named_subcommand = raw[0] if isinstance(raw, (list, tuple)) and raw and isinstance(raw[0], str) else None
         super().__init__(*args, **kwargs)
 
@@ -123,7 +127,7 @@ class LitRLVRCLI(LightningCLI):
         return {named: every[named]} if named in every else every
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        raw = sys.argv[1:] if args is None else args
+        raw = _command_line(args)
         self._config_files = config_files(raw) if isinstance(raw, (list, tuple)) else []
         for sub in getattr(self, "_subcommand_parsers", {}).values():  # --help lists the config's classes' options
             sub._lit_rlvr_args = list(raw) if isinstance(raw, (list, tuple)) else []
