@@ -10,7 +10,8 @@ each a set of ``HFEngine`` options, alternate within each round (one process, on
 - ``+compact``: and the compact decode loop (finished rows leave the batch, pre-allocated KV cache);
 - ``+bf16``: and the copy in bfloat16 (``generation_dtype="bfloat16"``), plain ``nn.Linear`` layers;
 - ``+packed``: and the copy's linears with pre-packed oneDNN weights (``pack_weights``, the default
-  for a bf16 compact copy since 2026-12-02; measurements before that date ran ``+bf16`` unpacked).
+  for a bf16 compact copy since 2026-12-02; measurements before that date ran ``+bf16`` unpacked);
+- ``+fused``: ``+compact`` (float32) with one q/k/v and one gate/up matmul a layer (``fuse_projections``).
 
 Printed per path and length: returned tokens/s (completion tokens / seconds), and the share of
 row-steps the decode forwards computed that were returned (a finished row kept in the batch is
@@ -42,6 +43,7 @@ PATHS = {
     "+compact": dict(decoder="compact", merge_lora=True, generation_dtype="float32"),
     "+bf16": dict(decoder="compact", merge_lora=True, generation_dtype="bfloat16", pack_weights=False),
     "+packed": dict(decoder="compact", merge_lora=True, generation_dtype="bfloat16", pack_weights=True),
+    "+fused": dict(decoder="compact", merge_lora=True, generation_dtype="float32", fuse_projections=True),
 }
 
 

@@ -28,9 +28,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf-packed", "vllm"],
+    parser.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "hf-packed", "hf-fused", "vllm"],
                         help="hf: the compact decoder on a merged copy with plain nn.Linear layers; hf-packed: with "
-                             "pre-packed oneDNN weights (rollout.packed_linear); or one engine per process, e.g. the HF "
+                             "pre-packed oneDNN weights (rollout.packed_linear); hf-fused: with one q/k/v and one gate/up matmul a layer (rollout.fused_linear); or one engine per process, e.g. the HF "
                              "engine under lit-rlvr's own transformers (.venv) and vLLM under .venv-vllm, alternating processes")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
@@ -49,7 +49,8 @@ def main() -> None:
     model, tok, prompts = bench.load()
     prompt = prompts[0]
     dtype = getattr(torch, args.dtype)
-    copies = {name: GenerationModel(model, merge_lora=True, dtype=dtype, pack_weights=name == "hf-packed").model()
+    copies = {name: GenerationModel(model, merge_lora=True, dtype=dtype, pack_weights=name == "hf-packed",
+                                    fuse=name == "hf-fused").model()
               for name in args.engines if name.startswith("hf")}
     if "vllm" in args.engines:
         from vllm import LLM, SamplingParams, TokensPrompt
@@ -60,7 +61,7 @@ def main() -> None:
         torch.manual_seed(0)
         t0 = time.perf_counter()
         with torch.no_grad():
-            ids, _, _ = decode(copies[name], [prompt] * rows, max_new_tokens=new, pad_token_id=tok.pad_token_id or 0, stop_token_ids=[-1])
+            ids, _, _, _ = decode(copies[name], [prompt] * rows, max_new_tokens=new, pad_token_id=tok.pad_token_id or 0, stop_token_ids=[-1])
         seconds = time.perf_counter() - t0
         assert all(len(i) == new for i in ids)
         return seconds
@@ -73,7 +74,8 @@ def main() -> None:
         assert all(len(c.token_ids) == new for c in outs[0].outputs)
         return seconds
 
-    every = {"hf": hf_call, "hf-packed": lambda rows, new: hf_call(rows, new, "hf-packed"), "vllm": vllm_call}
+    every = {"hf": hf_call, "hf-packed": lambda rows, new: hf_call(rows, new, "hf-packed"),
+             "hf-fused": lambda rows, new: hf_call(rows, new, "hf-fused"), "vllm": vllm_call}
     calls = {name: every[name] for name in args.engines}
     for call in calls.values():  # warm-up
         call(2, 2)
@@ -94,7 +96,7 @@ def main() -> None:
         cell = {name: statistics.median(x["step_ms"] for x in records if x["engine"] == name and x["rows"] == rows) for name in calls}
         summary[str(rows)] = cell
         print(f"rows {rows}: median step ms " + "  ".join(f"{k} {v:.1f}" for k, v in cell.items())
-              + "".join(f"  {a}/{b} {cell[a] / cell[b]:.2f}" for a, b in (("hf", "vllm"), ("hf-packed", "vllm"), ("hf-packed", "hf"))
+              + "".join(f"  {a}/{b} {cell[a] / cell[b]:.2f}" for a, b in (("hf", "vllm"), ("hf-packed", "vllm"), ("hf-packed", "hf"), ("hf-fused", "hf"), ("hf-fused", "vllm"))
                         if a in cell and b in cell))
     if args.json_out:
         import transformers

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import torch
 
+from lit_rlvr.rollout.fused_linear import fuse_projections
 from lit_rlvr.rollout.packed_linear import PackedLinear, pack_linears, packing_available
 
 log = logging.getLogger(__name__)
@@ -86,9 +87,12 @@ class GenerationModel:
         pack_weights: give the copy's linear layers pre-packed oneDNN weights (``packed_linear``;
             bit-identical outputs); only where ``packing_available`` (bfloat16 on a CPU oneDNN can pack for), and only
             when there is a copy.
+        fuse: give the copy one q/k/v and one gate/up matmul a layer (``fused_linear``); only when
+            there is a copy and its weights are not packed.
     """
 
-    def __init__(self, policy: Any, merge_lora: bool, dtype: torch.dtype, pack_weights: bool = False) -> None:
+    def __init__(self, policy: Any, merge_lora: bool, dtype: torch.dtype, pack_weights: bool = False,
+                 fuse: bool = False) -> None:
         self.policy = policy
         self.dtype = dtype
         self.merge = merge_lora
@@ -98,6 +102,7 @@ class GenerationModel:
         # a copy is needed to merge (peft model) or to cast; otherwise the policy itself is used
         self.needs_copy = (merge_lora and is_peft) or dtype != param.dtype
         self.pack = bool(pack_weights) and self.needs_copy and packing_available(dtype, param.device)
+        self.fuse = bool(fuse) and self.needs_copy and not self.pack
         self._copy: Any = None
         self._seen: Optional[tuple] = None
         self.refreshes = 0
@@ -116,6 +121,8 @@ class GenerationModel:
         model = model.to(self.dtype).eval().requires_grad_(False)
         if self.pack:
             pack_linears(model)
+        elif self.fuse:
+            fuse_projections(model)
         return model
 
     @torch.no_grad()

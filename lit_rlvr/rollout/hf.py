@@ -183,6 +183,9 @@ class HFEngine:
             (``rollout.packed_linear``: bit-identical outputs, faster small-batch steps). None
             (default): with the compact decoder whenever the copy is bfloat16 on a CPU that can pack
             (``packed_linear.packing_available``; an AVX2-only CPU keeps plain linears).
+        fuse_projections: give the decode copy one q/k/v and one gate/up matmul per layer
+            (``rollout.fused_linear``) where its linears are not packed. Default False
+            (docs/performance.md, "Fused projections": no step-time gain measured on an AVX2 CPU).
     """
 
     def __init__(
@@ -195,6 +198,7 @@ class HFEngine:
         merge_lora: bool | None = None,
         decoder: str = "compact",
         pack_weights: bool | None = None,
+        fuse_projections: bool = False,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -207,6 +211,7 @@ class HFEngine:
         self.merge_lora = merge_lora
         self.decoder = decoder
         self.pack_weights = decoder == "compact" if pack_weights is None else bool(pack_weights)
+        self.fuse_projections = bool(fuse_projections)
         self._gen: GenerationModel | None = None
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -242,7 +247,8 @@ class HFEngine:
                 self.generation_dtype, next(self.model.parameters()).dtype, self.device
             )
             merge = self.merge_lora if self.merge_lora is not None else self.device.type == "cpu"
-            self._gen = GenerationModel(self.model, merge, dtype, pack_weights=self.pack_weights)
+            self._gen = GenerationModel(self.model, merge, dtype, pack_weights=self.pack_weights,
+                                        fuse=self.fuse_projections)
         return self._gen.model()
 
     def _fast_path(self, lockstep: bool) -> bool:
