@@ -9,7 +9,10 @@ the last step)::
     lit-rlvr: step 3/20: 192 rollouts so far, reward 0.422, 9.1 s/step (this step 8.7 s), about 2 min 35 s left
 
 The estimate is the mean step time of this fit so far times the steps left (evaluations and
-the end-of-fit work not included).
+the end-of-fit work not included). A fit that a callback ends at a rollout budget (a callback with a
+``rollout_budget`` attribute, e.g. the benchmarks' ``RolloutBudget``; ``max_steps`` is then only a
+cap) is estimated from its rollouts instead: training seconds per rollout so far times the rollouts
+left, and the line says ``... rollouts so far of 6144``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,15 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
+def rollout_budget(trainer: pl.Trainer) -> Optional[int]:
+    """The rollout budget a callback ends this fit at (its ``rollout_budget``), or None."""
+    for callback in trainer.callbacks:
+        budget = getattr(callback, "rollout_budget", None)
+        if isinstance(budget, int) and budget > 0:
+            return budget
+    return None
+
+
 class ProgressLog(pl.Callback):
     """Logs step, rollouts so far, the last reward, the step's seconds and the time left (rank 0).
 
@@ -53,6 +65,10 @@ class ProgressLog(pl.Callback):
         self._last_line: Optional[float] = None
         self._steps = 0
         self._train_s = 0.0
+        self._rollouts_at_start = 0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._rollouts_at_start = int(getattr(getattr(pl_module, "totals", None), "rollouts_generated", 0) or 0)
 
     def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
         self._step_start = time.monotonic()
@@ -75,13 +91,18 @@ class ProgressLog(pl.Callback):
         total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         said = []
         rollouts = getattr(getattr(pl_module, "totals", None), "rollouts_generated", None)
+        budget = rollout_budget(trainer) if rollouts is not None else None
         if rollouts is not None:
-            said.append(f"{rollouts} rollouts so far")
+            said.append(f"{rollouts} rollouts so far" + (f" of {budget}" if budget else ""))
         reward = trainer.callback_metrics.get("reward")
         if reward is not None:
             said.append(f"reward {float(reward):.3f}")
         mean = self._train_s / self._steps
         said.append(f"{mean:.1f} s/step (this step {step_s:.1f} s)")
-        if total:
+        if budget and rollouts:
+            # seconds per rollout of this fit so far (resumed fits: of the steps since the resume)
+            said.append(f"about {duration(self._train_s / max(1, rollouts - self._rollouts_at_start) * max(0, budget - rollouts))} left")
+        elif total:
             said.append(f"about {duration(mean * max(0, total - done))} left")
-        return f"step {done}/{total}: " + ", ".join(said) if total else f"step {done}: " + ", ".join(said)
+        shown = None if budget else total  # under a rollout budget max_steps is only a cap: not shown
+        return f"step {done}/{shown}: " + ", ".join(said) if shown else f"step {done}: " + ", ".join(said)

@@ -23,6 +23,11 @@ class RolloutBudget(pl.Callback):
         super().__init__()
         self.budget = int(budget)
 
+    @property
+    def rollout_budget(self) -> int:
+        """Read by the progress line (``progress_log``) to estimate the time left from rollouts, not steps."""
+        return self.budget
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if pl_module.totals.rollouts_generated >= self.budget:
             trainer.should_stop = True
