@@ -13,12 +13,12 @@ from transformers import GenerationMixin
 import lit_rlvr.rollout.hf as hf_module
 from lit_rlvr.arrol_vote import state_model
 from lit_rlvr.callbacks import ARRoL, FixedGroupAllocator
-from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
 from lit_rlvr.rewards import RewardScorer
 from lit_rlvr.rollout import GenerationRequest, HFEngine, SamplingConfig
 from lit_rlvr.rollout.decode import decode
 from lit_rlvr.rollout.hidden import last_hidden_states
 from lit_rlvr.rollout.loop import RolloutLoop
+from tests.rollout.tiny_policies import lora_tiny as tiny_with_lora
 from tests.callbacks.fixtures import make_pool, with_context
 from tests.rollout.test_pruning import Parity
 
@@ -35,13 +35,7 @@ HIDDEN_ATOL = 5e-4
 @pytest.fixture(scope="module")
 def lora_tiny():
     """The tiny policy with a seeded LoRA adapter whose B is random (the merged copy differs from the base)."""
-    torch.manual_seed(0)  # peft draws A from the global RNG
-    model, tok = load_policy(PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4)))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g))
+    model, tok = tiny_with_lora(init_seed=0)  # peft draws A from the global RNG: seeded
     model.eval()
     return model, tok
 

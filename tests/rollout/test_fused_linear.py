@@ -7,19 +7,10 @@ import copy
 import pytest
 import torch
 
-from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
+from lit_rlvr.policy import PolicyConfig, load_policy
 from lit_rlvr.rollout import GenerationRequest, HFEngine, SamplingConfig
 from lit_rlvr.rollout.fused_linear import FusedSlice, fuse_projections
-
-
-def _lora_tiny():
-    model, tok = load_policy(PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4)))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g))
-    return model, tok
+from tests.rollout.tiny_policies import lora_tiny
 
 
 def test_fused_model_gives_the_same_logits_and_groups_every_layer():
@@ -63,7 +54,7 @@ def test_mixed_groups_are_left_alone():
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_engine_with_fused_copy_samples_the_same_tokens_and_follows_lora_updates(temperature):
-    model, tok = _lora_tiny()
+    model, tok = lora_tiny()
     prompts = [tok.encode(t) for t in ("What is 2 + 2?", "Name a prime number larger than ten, please.")]
     requests = [GenerationRequest(p, 3) for p in prompts]
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=8, seed=3)

@@ -8,8 +8,9 @@ import importlib.util
 import pytest
 import torch
 
-from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
+from lit_rlvr.policy import PolicyConfig, load_policy
 from lit_rlvr.rollout import GenerationRequest, HFEngine, RolloutEngine, SamplingConfig, build_engine
+from tests.rollout.tiny_policies import lora_tiny
 
 GREEDY = SamplingConfig(temperature=0, max_new_tokens=6)
 
@@ -170,12 +171,7 @@ def test_train_mode_restored_and_no_grad(tiny, prompts):
 
 
 def test_lora_generation_uses_the_adapter(prompts):
-    model, tok = load_policy(PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4)))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g))
+    model, tok = lora_tiny()
     c = HFEngine(model, tok).generate([GenerationRequest(prompts[0], 1)], GREEDY)[0][0]
     torch.testing.assert_close(
         torch.tensor(c.logprobs), _forward_logprobs(model, prompts[0], c.token_ids), atol=1e-5, rtol=0
@@ -211,23 +207,12 @@ def test_build_vllm_engine_without_vllm_says_how_to_install(tiny):
 # --------------------------------------------------------------------------- merged copy, dtype, compact decoding
 
 
-def _lora_tiny(scale: float = 1.0):
-    """The tiny policy with a LoRA adapter whose B is random (so the adapter changes the outputs)."""
-    model, tok = load_policy(PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4)))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
-    return model, tok
-
-
 def _tokens(out):
     return [[c.token_ids for c in group] for group in out]
 
 
 def test_merged_generation_leaves_training_weights_and_logprobs_bit_identical(prompts):
-    model, tok = _lora_tiny()
+    model, tok = lora_tiny()
     before_params = {n: p.detach().clone() for n, p in model.named_parameters()}
     ids = torch.tensor([prompts[1] + [5, 6, 7]])  # [1, P + 3]
     model.train()
@@ -249,7 +234,7 @@ def test_merged_generation_leaves_training_weights_and_logprobs_bit_identical(pr
 
 
 def test_merged_copy_follows_updates_without_sync_and_a_disabled_adapter(prompts):
-    model, tok = _lora_tiny()
+    model, tok = lora_tiny()
     engine = HFEngine(model, tok)
     request = [GenerationRequest(prompts[0], 1)]
     first = engine.generate(request, GREEDY)[0][0]
@@ -302,7 +287,7 @@ def test_bfloat16_generation_samples_the_float32_distribution_within_tolerance(p
     """bf16 decoding vs the float32 policy: every sampled token's log-prob within 0.03 nats of the
     float32 training forward's, and the total-variation distance between the bf16 and float32
     next-token distributions at every generated position at most 0.02 (measured: 0.007 and 0.003)."""
-    model, tok = _lora_tiny(scale=0.1)
+    model, tok = lora_tiny(scale=0.1)
     engine = HFEngine(model, tok, generation_dtype="bfloat16")
     out = engine.generate([GenerationRequest(p, 4) for p in prompts], SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0))
     gen = engine.generation_model()

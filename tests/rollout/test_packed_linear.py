@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from lit_rlvr.rollout import GenerationRequest, HFEngine, SamplingConfig
 from lit_rlvr.rollout import packed_linear
 from lit_rlvr.rollout.packed_linear import PackedLinear, pack_linears, packing_available
-from tests.rollout.test_hf_engine import _lora_tiny
+from tests.rollout.tiny_policies import lora_tiny
 
 needs_packing = pytest.mark.skipif(
     not packing_available(torch.bfloat16, torch.device("cpu")), reason="this torch or CPU has no oneDNN bf16 weight packing (it needs AVX512 BW/VL/DQ or AVX-NE-CONVERT)"
@@ -46,7 +46,7 @@ def test_pack_linears_replaces_every_linear():
 
 @needs_packing
 def test_bf16_engine_with_packed_weights_samples_exactly_as_without():
-    model, tok = _lora_tiny(scale=0.1)
+    model, tok = lora_tiny(scale=0.1)
     prompts = [tok.encode(t) for t in ["What is 2 + 2?", "Name a prime number larger than ten, please."]]
     requests = [GenerationRequest(p, 4) for p in prompts]
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=3)
@@ -76,7 +76,7 @@ def test_bf16_engine_falls_back_to_plain_linears_where_the_cpu_cannot_pack(monke
     # oneDNN's bf16 packing raises on an AVX2-only CPU; packing_available probes it once, and the decode copy
     # then keeps plain nn.Linear layers instead of failing at the first generate.
     monkeypatch.setattr(packed_linear, "_bf16_packing_works", lambda: can_pack)
-    model, tok = _lora_tiny(scale=0.1)
+    model, tok = lora_tiny(scale=0.1)
     engine = HFEngine(model, tok, generation_dtype="bfloat16")  # pack_weights defaults on with the compact decoder
     out = engine.generate([GenerationRequest(tok.encode("What is 2 + 2?"), 2)], SamplingConfig(temperature=1.0, max_new_tokens=4, seed=0))
     assert len(out[0]) == 2 and all(len(c.token_ids) > 0 for c in out[0])
