@@ -169,7 +169,7 @@ def vllm_run(model_dir: str, prompts: list[list[int]], n: int, max_new: int, dty
     if dtype not in cache:
         cache.clear()
         gc.collect()
-        llm = LLM(model=model_dir, dtype=dtype, seed=seed, max_model_len=512, enforce_eager=True)
+        llm = LLM(model=model_dir, dtype=dtype, seed=seed, max_model_len=1024, enforce_eager=True)  # prompt + 512 new tokens fit
         llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], SamplingParams(n=2, temperature=1.0, max_tokens=2, seed=0), use_tqdm=False)
         cache[dtype] = llm
     llm = cache[dtype]
@@ -187,7 +187,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--samples", type=int, default=8, help="completions per prompt (8 prompts)")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
-    parser.add_argument("--vllm", action="store_true", help="also vLLM's CPU build (float32, bfloat16)")
+    parser.add_argument("--vllm", action="store_true", help="also vLLM's CPU build (in --vllm-dtypes)")
+    parser.add_argument("--vllm-dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"],
+                        help="vLLM's dtypes (bfloat16 on an AVX2-only CPU is emulated: 6 tokens/s at 16 new tokens, 2026-12-03)")
     parser.add_argument("--hidden", action="store_true",
                         help="ask for hidden states (SamplingConfig.return_hidden_states), as ARRoL's detection call does")
     parser.add_argument("--json-out", default=None)
@@ -235,7 +237,7 @@ def main() -> None:
                 print(f"T={max_new:4d} round {r} {name:9s} {rec['seconds']:7.2f} s  {rec['tokens']:6d} tok  "
                       f"{rec['tokens_per_s']:7.1f} tok/s  returned/computed {rec['returned_share']:.2f}  load {rec['load']:.2f}", flush=True)
             if args.vllm:
-                dtypes = ("float32", "bfloat16") if r % 2 == 0 else ("bfloat16", "float32")
+                dtypes = args.vllm_dtypes if r % 2 == 0 else list(reversed(args.vllm_dtypes))
                 for dtype in dtypes:
                     rec = {"path": f"vllm-{dtype}", "max_new_tokens": max_new, "round": r,
                            **vllm_run(str(ensure_smollm2_cache()), prompts, args.samples, max_new, dtype, seed=r)}
