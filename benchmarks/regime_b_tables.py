@@ -12,6 +12,10 @@ Two subcommands, each printing markdown and, with ``--save``, writing JSON:
     python benchmarks/regime_b_tables.py --config configs/bench/smollm2.yaml persistence \
         docs/results/bench_real/smollm2/grpo_seed0.selection.csv
 
+    # one row per cell of a grid: rollouts to each target, final accuracy, steps, wall seconds, the run's
+    # gradient noise scale (GRPO cells) and f, the share of generated groups with reward variance
+    python benchmarks/regime_b_tables.py cells docs/results/bench_real/smollm2_mixed_g32 --targets 0.5 0.6
+
 A prompt's part is ``metadata["part"]`` of its training record (``ReasoningGymSource`` task entry),
 read from ``--config``'s data module, so train id i is record i. Persistence follows
 ``lit_rlvr.selection_report`` (zero variance by ``is_zero_variance`` of the group's reward spread): a
@@ -153,6 +157,46 @@ def persistence(args) -> dict:
     return {"groups_csv": str(args.groups), "rows": rows}
 
 
+# ----------------------------------------------------------------------------- cells
+
+
+def cells(args) -> dict:
+    from lit_rlvr.bench.result_report import runs_from_results
+    from lit_rlvr.bench.report import CUM_GEN, rollouts_to_target
+    from lit_rlvr.bench.stats import fmt_count
+    from lit_rlvr.group_records import read_groups
+    from lit_rlvr.levers import run_noise
+    from lit_rlvr.selection_report import zero_variance
+
+    runs = runs_from_results(args.results)
+    order = {s: i for i, s in enumerate(args.order)}
+    runs.sort(key=lambda r: (order.get(r.strategy, len(order)), r.strategy, int(r.seed)))
+    head = "| cell | " + " | ".join(f"rollouts to {t:.2f}" if i == 0 else f"to {t:.2f}"
+                                   for i, t in enumerate(args.targets))
+    print(head + " | held-out at the end | optimizer steps | wall s | B_noise | f |")
+    print("|---|" + "---:|" * (len(args.targets) + 5))
+    rows = []
+    for r in runs:
+        res, df = r.result, r.metrics.dropna(subset=[args.metric])
+        x, y = df[CUM_GEN].to_numpy(float), df[args.metric].to_numpy(float)
+        reach = [rollouts_to_target(x, y, t) for t in args.targets]
+        groups = read_groups(Path(args.results) / f"{r.strategy}_seed{r.seed}.groups.csv")
+        share = sum(not zero_variance(g) for g in groups) / len(groups)  # every generated group, pilots included
+        noise = None
+        if r.strategy in args.noise_for:  # a selector's batch is not GRPO's: its noise scale is another quantity
+            noise = run_noise([{k: math.nan if v is None else v for k, v in n.items()} for n in res.get("noise") or []])
+        b = f"{noise.b_noise:.1f} ± {noise.b_noise_se:.1f}" if noise and math.isfinite(noise.b_noise) else "–"
+        row = {"strategy": r.strategy, "seed": int(r.seed), "rollouts_to": dict(zip(map(str, args.targets), reach)),
+               "final": float(y[-1]), "steps": int(res["steps"]), "wall_seconds": float(res["wall_seconds"]),
+               "b_noise": noise.b_noise if noise else None, "b_noise_se": noise.b_noise_se if noise else None,
+               "variance_share": share}
+        rows.append(row)
+        reached = " | ".join(fmt_count(v) if math.isfinite(v) else "not reached" for v in reach)
+        print(f"| {r.strategy}, seed {r.seed} | {reached} | {row['final']:.3f} | {row['steps']} | "
+              f"{fmt_count(row['wall_seconds'])} | {b} | {share:.2f} |")
+    return {"results": str(args.results), "metric": args.metric, "cells": rows}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(CONFIG), help="the benchmark config whose training prompts carry the parts")
@@ -163,8 +207,16 @@ def main(argv=None) -> None:
     b = sub.add_parser("persistence", help="zero variance and persistence per epoch and part from a groups.csv "
                        "(or a SelectionRecorder .selection.csv)")
     b.add_argument("groups")
+    c = sub.add_parser("cells", help="one row per cell of a bench_real.py results directory")
+    c.add_argument("results")
+    c.add_argument("--targets", type=float, nargs="+", default=[0.5, 0.6])
+    c.add_argument("--metric", default="heldout_prompts/pass@1")
+    c.add_argument("--order", nargs="*", default=["grpo", "vigor", "pilot_commit", "dynamic_sampling", "grpo+g8"],
+                   help="strategies first in this order, then any other by name")
+    c.add_argument("--noise-for", nargs="*", default=["grpo", "grpo+g8"],
+                   help="strategies whose gradient noise scale is shown (plain GRPO's batches)")
     args = p.parse_args(argv)
-    out = {"probe": probe, "persistence": persistence}[args.cmd](args)
+    out = {"probe": probe, "persistence": persistence, "cells": cells}[args.cmd](args)
     if args.save:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(out, indent=1) + "\n")
