@@ -95,6 +95,12 @@ def _results(args) -> Path:
     return RESULTS / Path(args.config).stem if args.default_out else Path(args.out) / "results"
 
 
+def strategies_with_results(results: str | Path) -> list[str]:
+    """The strategies with a result file in ``results``: the default set's order first, then by name."""
+    have = {p.name.rsplit("_seed", 1)[0] for p in Path(results).glob("*_seed*.json")}
+    return [s for s in STRATEGIES if s in have] + sorted(have - set(STRATEGIES))
+
+
 def _default_out(config: str) -> Path:
     """runs/bench_real for the reversal config (as before), runs/bench_real_<config name> for another."""
     return OUT if Path(config).resolve() == CONFIG.resolve() else OUT.with_name(f"bench_real_{Path(config).stem}")
@@ -259,6 +265,8 @@ def report(args) -> None:
     from lit_rlvr.bench.result_report import make_results_report
 
     results = _results(args)
+    if args.strategies is None:  # the strategies that have result files, not every method marked missing
+        args.strategies = strategies_with_results(results)
     out = Path(args.out) / "report_results"
     img = ROOT / "docs" / "img" if args.copy_png else None
     if args.metric != "heldout_prompts/pass@1":  # a per-part table: its own folder, no PNGs over the main ones
@@ -338,8 +346,9 @@ def main(argv=None) -> None:
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads of the warm-up")
     grid = argparse.ArgumentParser(add_help=False)
-    grid.add_argument("--strategies", "--only", dest="strategies", nargs="+", default=STRATEGIES,
-                      help="strategies to run (default: every method once); done ones are skipped")
+    grid.add_argument("--strategies", "--only", dest="strategies", nargs="+", default=None,
+                      help="strategies to run (default: every method once); done ones are skipped. report: the rows "
+                           "and their order (default: the strategies with result files)")
     grid.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     grid.add_argument("--results", default=None,
                       help="result-file folder (default docs/results/bench_real/<config name> for the default --out, else <out>/results)")
@@ -371,6 +380,8 @@ def main(argv=None) -> None:
     args.default_out = args.out is None
     args.out = args.out or str(_default_out(args.config))
     args.warm = args.warm or str(Path(args.out) / "warm")
+    if args.cmd in ("run", "all") and args.strategies is None:
+        args.strategies = STRATEGIES
     {"warmup": warmup, "run": run, "report": report, "all": run_all}[args.cmd](args)
 
 

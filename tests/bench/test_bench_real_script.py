@@ -157,3 +157,13 @@ def test_a_variant_layers_its_own_file_after_the_method_and_its_override(tmp_pat
     assert callbacks[0] == {"class_path": "lit_rlvr.callbacks.LEEPS", "init_args": {"refresh_every": 5}}
     with pytest.raises(SystemExit, match="unknown strategy"):
         bench.method_configs(str(config), "nope+x")
+
+
+def test_report_defaults_to_the_strategies_that_have_result_files(tmp_path):
+    bench = _bench_module()
+    for name in ["vigor_seed0", "grpo_seed1", "grpo_seed0", "pilot_commit_seed0", "grpo+g8_seed2"]:
+        (tmp_path / f"{name}.json").write_text("{}")
+    (tmp_path / "grpo_seed0.groups.csv").write_text("")
+    # the default set's order first (grpo before vigor), then the others by name; each once
+    assert bench.strategies_with_results(tmp_path) == ["grpo", "vigor", "grpo+g8", "pilot_commit"]
+    assert bench.strategies_with_results(tmp_path / "empty") == []
