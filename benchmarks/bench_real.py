@@ -34,7 +34,10 @@ against rollouts and training seconds, groups with variance, wall time; ``--resu
 skips every (strategy, seed) whose file is there with the same settings (hashes of the parsed config and method layers,
 budget, evaluation spacing, policy), so a grid can be run a few cells at a time
 (``run --only grpo dynamic_sampling --seeds 0``) and its result files committed between sessions.
-A file with other settings stops ``run``: delete it to redo that run. ``--no-warm`` runs the
+A file with other settings stops ``run``: delete it to redo that run. A run cut short (a killed
+benchmark, a session's end) resumes from its last checkpoint (every ``--checkpoint-every`` steps, default
+2) the next time ``run`` is given the same arguments, and writes the result file a run never stopped writes
+(its ``wall_seconds`` are then the last attempt's, and ``resumed_at_step`` says so). ``--no-warm`` runs the
 config's own ``model.policy`` (``configs/bench/smollm2.yaml``: the quick-start model) instead of
 the warm-up folder.
 
@@ -152,12 +155,15 @@ def method_configs(config: str, strategy: str) -> list[Path]:
     return layers
 
 
-def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, list[str]]:
-    """The run folder of (strategy, seed), prepared, and the ``lit-rlvr`` arguments to run in it.
+def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, list[str], Path | None]:
+    """The run folder of (strategy, seed), prepared, the ``lit-rlvr`` arguments to run in it, and the
+    checkpoint it resumes from (None: a fresh run).
 
     ``budget.yaml`` repeats the method's callbacks (a later ``--config`` replaces the list) and
     appends the benchmark's own: ``SelectionTimer`` (``time/selection_ms``), ``RolloutEval``,
     ``RolloutBudget``, and ``SelectionRecorder`` last, so it reads the pool after every selector ran.
+    A folder left by an unfinished run of the same arguments (``fit_args.json``, ``budget.yaml``) with a
+    ``last.ckpt`` is resumed from it (``--checkpoint-every``); any other is cleared and started afresh.
     """
     import yaml
 
@@ -173,10 +179,7 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
         {"class_path": "lit_rlvr.bench.recorder.SelectionRecorder"},
     ]
     rd = Path(args.out).resolve() / f"{strategy}_seed{seed}"
-    if rd.exists():
-        shutil.rmtree(rd)
-    rd.mkdir(parents=True)
-    (rd / "budget.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False))
+    budget = yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False)
     argv = ["fit", "--config", str(Path(args.config).resolve())]
     for layer in layers:
         argv += ["--config", str(layer)]
@@ -184,7 +187,45 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
             "--seed_everything", str(seed), "--model.seed", str(seed), "--data.seed", str(seed)]
     if warm is not None:
         argv += ["--model.policy.name_or_path", str(warm)]
-    return rd, argv
+    if args.checkpoint_every:  # checkpoints change no number: a resumed run repeats a straight one's steps
+        argv += ["--trainer.enable_checkpointing", "true", "--model.checkpoint_every_n_steps", str(args.checkpoint_every)]
+    ckpt = resumable_checkpoint(rd, budget, argv)
+    if ckpt is not None:
+        return rd, argv + ["--ckpt_path", str(ckpt)], ckpt
+    if rd.exists():
+        shutil.rmtree(rd)
+    rd.mkdir(parents=True)
+    (rd / "budget.yaml").write_text(budget)
+    (rd / "fit_args.json").write_text(json.dumps(argv, indent=1))
+    return rd, argv, None
+
+
+def resumable_checkpoint(rd: Path, budget: str, argv: list[str]) -> Path | None:
+    """``last.ckpt`` of an unfinished run in ``rd`` made with these arguments and this ``budget.yaml``, else None."""
+    try:
+        same = (rd / "budget.yaml").read_text() == budget and json.loads((rd / "fit_args.json").read_text()) == argv
+    except (OSError, ValueError):
+        return None
+    found = sorted(rd.glob("csv/version_*/checkpoints/last.ckpt"))
+    return found[0] if same and len(found) == 1 else None
+
+
+def missing_training_steps(metrics) -> list[int]:
+    """Steps below the last one that have no training row in a run's metrics frame (a resumed run's gap)."""
+    if "rollouts/generated" not in metrics or not len(metrics):
+        return []
+    steps = set(metrics.loc[metrics["rollouts/generated"].notna(), "step"].astype(int))
+    return sorted(set(range(max(steps) + 1)) - steps) if steps else []
+
+
+def checkpoint_step(ckpt: Path) -> int | None:
+    """The training steps a checkpoint holds (Lightning's ``global_step``), None if it cannot be read."""
+    import torch
+
+    try:
+        return int(torch.load(ckpt, map_location="cpu", mmap=True, weights_only=False)["global_step"])
+    except Exception:
+        return None
 
 
 def run(args) -> None:
@@ -229,9 +270,13 @@ def run(args) -> None:
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     with FitPool(args.jobs, threads=threads) as pool:
         futures = {}
+        resumed = {}
         for strategy, seed in todo:
-            rd, argv = _fit_args(args, strategy, seed, warm)
-            futures[pool.submit(rd, argv)] = (strategy, seed, rd)
+            rd, argv, ckpt = _fit_args(args, strategy, seed, warm)
+            if ckpt is not None:
+                resumed[f"{strategy}_seed{seed}"] = checkpoint_step(ckpt)
+                print(f"{strategy}_seed{seed}: resuming from {ckpt} (step {resumed[f'{strategy}_seed{seed}']})", flush=True)
+            futures[pool.submit(rd, argv, append=ckpt is not None)] = (strategy, seed, rd)
         for done in as_completed(futures):
             strategy, seed, rd = futures[done]
             name = f"{strategy}_seed{seed}"
@@ -244,9 +289,18 @@ def run(args) -> None:
                 print((rd / "fit.log").read_text()[-3000:], flush=True)
                 continue
             (run_,) = find_runs([rd])
+            lost = missing_training_steps(run_.metrics)
+            if lost:
+                failed.append(name)
+                shutil.rmtree(rd)
+                print(f"{name}: no metrics row for steps {lost} (a kill landed between a checkpoint and the row of "
+                      f"its step); its folder is cleared: run again to redo it from the start", flush=True)
+                continue
             result = summarize_run(run_.metrics, strategy, seed, settings[strategy], seconds)
             result["torch_threads"] = threads  # seconds compare only at equal threads (not part of the settings)
             result["jobs"] = args.jobs
+            if name in resumed:  # wall_seconds is then the last attempt's
+                result["resumed_at_step"] = resumed[name]
             path = write_result(results, result)
             for sel in run_.selection_paths[:1]:  # the heatmap's input, committed beside the result file
                 shutil.copy(sel, selection_csv_path(results, strategy, seed))
@@ -359,6 +413,10 @@ def main(argv=None) -> None:
     r.add_argument("--eval-prompts", nargs="+", choices=["train", "val"], default=["train", "val"],
                    help="RolloutEval's prompt sets: val alone (the held-out prompts) saves a third of the evaluation time")
     r.add_argument("--jobs", type=int, default=2, help="runs at a time (each with OMP_NUM_THREADS, default 1)")
+    r.add_argument("--checkpoint-every", type=int, default=2,
+                   help="save a run's checkpoint every this many steps, so that a run cut short (a killed "
+                        "benchmark, a session's end) resumes from it the next time `run` is given the same "
+                        "arguments; 0: no checkpoints, a cut run starts over")
     r.add_argument("--no-warm", action="store_true", help="run the config's model.policy, not the warm-up model")
     q = argparse.ArgumentParser(add_help=False)
     q.add_argument("--target", type=float, nargs="+", default=None,

@@ -232,9 +232,22 @@ def mark_pending_validation(trainer: "pl.Trainer", checkpoint: dict[str, Any]) -
     loops["epoch_loop.state_dict"] = {**state, "_batches_that_stepped": int(state["_batches_that_stepped"]) - 1}
 
 
+def trim_metrics_csv(trainer: "pl.Trainer", steps: int) -> None:
+    """Drop the CSV loggers' ``metrics.csv`` rows of the steps a resumed fit runs again, ``steps`` (the training
+    steps its checkpoint holds: the step its first row carries) and later (``step_files``)."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    from lit_rlvr.step_files import drop_rows_from_step
+
+    for logger in trainer.loggers:
+        if isinstance(logger, CSVLogger) and _is_local_file_protocol(logger.log_dir):
+            drop_rows_from_step(os.path.join(logger.log_dir, "metrics.csv"), steps)
+
+
 class SafeCheckpoints(pl.Callback):
     """Installs :class:`AtomicCheckpointIO` on the strategy at setup (before ``--ckpt_path`` is read), stages
-    sharded saves, cleans up after killed saves at the start of training, and marks pending validations.
+    sharded saves, cleans up after killed saves at the start of training (and, on a resume, the metrics rows
+    of the steps it runs again), and marks pending validations.
 
     A strategy with a CheckpointIO of another kind (a plugin the user chose) is left as it is.
     """
@@ -263,6 +276,8 @@ class SafeCheckpoints(pl.Callback):
             folders.add(os.path.dirname(os.path.abspath(trainer.ckpt_path)))
         for folder in sorted(f for f in folders if f and _is_local_file_protocol(f)):
             recover(folder)
+        if trainer.ckpt_path:  # resumed: the steps it runs again lose the rows a killed run wrote for them
+            trim_metrics_csv(trainer, int(getattr(pl_module, "steps_done", trainer.global_step)))
 
     def on_save_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
         mark_pending_validation(trainer, checkpoint)

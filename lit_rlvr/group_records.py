@@ -31,6 +31,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 
 from lit_rlvr.selection import SelectionCallback, data_epoch, gather_rows
+from lit_rlvr.step_files import ResumableRowWriter
 from lit_rlvr.types import RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,7 +56,7 @@ class GroupRecord:
     reward_max: float
 
 
-class GroupRecorder(SelectionCallback):
+class GroupRecorder(ResumableRowWriter, SelectionCallback):
     """Append one row per rolled-out group to ``groups.csv`` (observe stage only; no side effects).
 
     Args:
@@ -91,8 +92,8 @@ class GroupRecorder(SelectionCallback):
         if self._steps_buffered >= self.flush_every:
             self.flush(trainer)
 
-    def on_train_end(self, trainer: pl.Trainer, pl_module: "GRPOModule") -> None:
-        self.flush(trainer)
+    def rows_path(self, trainer: Any) -> Path:
+        return self.resolve_path(trainer)
 
     def resolve_path(self, trainer: Any) -> Path:
         """Where the rows go: ``path``, else beside the CSVLogger's ``metrics.csv``, else ``trainer.log_dir``."""

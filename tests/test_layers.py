@@ -51,6 +51,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.sharding": 1,
     "lit_rlvr.checkpoint_files": 1,
     "lit_rlvr.checkpointing": 1,
+    "lit_rlvr.step_files": 1,
     "lit_rlvr.sharded_checkpoints": 1,
     "lit_rlvr.preemption": 1,
     "lit_rlvr.guards": 1,

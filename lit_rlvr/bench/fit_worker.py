@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Sequence
 
 
-def run_fit(run_dir: str | Path, argv: Sequence[str], log_name: str = "fit.log") -> tuple[int, float]:
-    """``lit-rlvr <argv>`` with ``run_dir`` as the working directory; stdout and stderr go to ``run_dir/log_name``.
+def run_fit(run_dir: str | Path, argv: Sequence[str], log_name: str = "fit.log", append: bool = False) -> tuple[int, float]:
+    """``lit-rlvr <argv>`` with ``run_dir`` as the working directory; stdout and stderr go to ``run_dir/log_name``
+    (after what it holds with ``append``: a resumed fit's log follows the killed one's).
 
     Returns (exit status, seconds). The status is 0 on success, the ``SystemExit`` code of a
     config error, and 1 for any other exception (its traceback is in the log). The caller's
@@ -38,7 +39,7 @@ def run_fit(run_dir: str | Path, argv: Sequence[str], log_name: str = "fit.log")
     t0 = time.perf_counter()
     rc = 0
     streams, sys_argv = (sys.stdout, sys.stderr), sys.argv
-    with open(run_dir / log_name, "w", buffering=1) as log:
+    with open(run_dir / log_name, "a" if append else "w", buffering=1) as log:
         os.dup2(log.fileno(), 1)  # the fds: C extensions and handlers holding the original streams
         os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log  # and Python's streams, wherever they pointed
@@ -104,9 +105,9 @@ class FitPool:
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_init_worker, initargs=(threads, os.getpid()))
 
-    def submit(self, run_dir: str | Path, argv: Sequence[str]) -> Future:
-        """A future of ``run_fit(run_dir, argv)``'s (exit status, seconds)."""
-        return self._pool.submit(run_fit, str(run_dir), list(argv))
+    def submit(self, run_dir: str | Path, argv: Sequence[str], append: bool = False) -> Future:
+        """A future of ``run_fit(run_dir, argv, append=append)``'s (exit status, seconds)."""
+        return self._pool.submit(run_fit, str(run_dir), list(argv), "fit.log", append)
 
     def __enter__(self) -> "FitPool":
         return self

@@ -35,6 +35,7 @@ import lightning.pytorch as pl
 import torch
 
 from lit_rlvr.selection import SelectionCallback, data_epoch, gather_rows, group_observations
+from lit_rlvr.step_files import ResumableRowWriter
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +48,7 @@ STATUSES = ("skipped", "unused", "easy", "hard", "effective")
 _SKIPPED, _UNUSED, _EASY, _HARD, _EFFECTIVE = 1, 2, 3, 4, 5
 
 
-class SelectionRecorder(SelectionCallback):
+class SelectionRecorder(ResumableRowWriter, SelectionCallback):
     """Record every candidate prompt's per-step outcome to a CSV (no side effects on training).
 
     Args:
@@ -106,8 +107,8 @@ class SelectionRecorder(SelectionCallback):
         if self._steps_buffered >= self.flush_every:
             self.flush(trainer)
 
-    def on_train_end(self, trainer: pl.Trainer, pl_module: "GRPOModule") -> None:
-        self.flush(trainer)
+    def rows_path(self, trainer: Any) -> str:
+        return self._path(trainer)
 
     # ------------------------------------------------------------------ helpers
 

@@ -104,7 +104,7 @@ def test_a_benchmark_override_layers_on_the_method_config_and_changes_its_settin
     config = tmp_path / "mybench.yaml"
     config.write_text((ROOT / "configs" / "bench" / "smollm2.yaml").read_text())
     assert bench.method_configs(str(config), "arrol") == [ROOT / "configs" / "methods" / "arrol.yaml"]
-    args = argparse.Namespace(config=str(config), budget=64, eval_every_rollouts=64, out=str(tmp_path / "runs"),
+    args = argparse.Namespace(config=str(config), budget=64, eval_every_rollouts=64, out=str(tmp_path / "runs"), checkpoint_every=2,
                               eval_prompts=["train", "val"])
     before = bench._settings(args, None, "arrol")
     override = tmp_path / "mybench_methods" / "arrol.yaml"
@@ -115,7 +115,8 @@ def test_a_benchmark_override_layers_on_the_method_config_and_changes_its_settin
     after = bench._settings(args, None, "arrol")
     assert after["method_sha256"] != before["method_sha256"] and after["config_sha256"] == before["config_sha256"]
     assert bench._settings(args, None, "grpo")["method_sha256"] != after["method_sha256"]
-    rd, argv = bench._fit_args(args, "arrol", 0, None)
+    rd, argv, resumed = bench._fit_args(args, "arrol", 0, None)
+    assert resumed is None and argv[-4:] == ["--trainer.enable_checkpointing", "true", "--model.checkpoint_every_n_steps", "2"]
     assert argv[argv.index(str(override)) - 1] == "--config" and argv.index(str(override)) < argv.index("budget.yaml")
     # budget.yaml repeats the override's callbacks (the last layer's list), then appends the benchmark's
     import yaml
@@ -148,10 +149,10 @@ def test_a_variant_layers_its_own_file_after_the_method_and_its_override(tmp_pat
     method = ROOT / "configs" / "methods" / "leeps.yaml"
     assert bench.method_configs(str(config), "leeps+refresh5") == [method, variant]
     assert bench.method_configs(str(config), "leeps") == [method]  # the method itself is untouched
-    args = argparse.Namespace(config=str(config), budget=64, eval_every_rollouts=64, out=str(tmp_path / "runs"),
+    args = argparse.Namespace(config=str(config), budget=64, eval_every_rollouts=64, out=str(tmp_path / "runs"), checkpoint_every=2,
                               eval_prompts=["val"])
     assert bench._settings(args, None, "leeps+refresh5")["method_sha256"] != bench._settings(args, None, "leeps")["method_sha256"]
-    rd, argv = bench._fit_args(args, "leeps+refresh5", 0, None)
+    rd, argv, _ = bench._fit_args(args, "leeps+refresh5", 0, None)
     assert rd.name == "leeps+refresh5_seed0" and str(variant) in argv
     callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
     assert callbacks[0] == {"class_path": "lit_rlvr.callbacks.LEEPS", "init_args": {"refresh_every": 5}}
