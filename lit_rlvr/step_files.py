@@ -4,7 +4,9 @@ A fit resumed from a checkpoint writes on into its run's files from the checkpoi
 after that checkpoint had already written rows of the steps it completed after it; the resumed fit
 runs those steps again. ``drop_rows_from_step`` removes them when the resumed fit starts, so every
 step keeps one set of rows, as in a run never stopped. The recorders that buffer rows also write them
-out whenever a checkpoint is saved, so a kill loses no row of a step the checkpoint holds.
+out whenever a checkpoint is saved, so a kill loses no row of a step the checkpoint holds. One gap stays:
+Lightning saves a step's checkpoint just before it logs that step's ``metrics.csv`` row, and a kill between
+the two (milliseconds) leaves that row out for good (``benchmarks/bench_real.py`` checks for it).
 """
 
 from __future__ import annotations
