@@ -274,8 +274,9 @@ def run(args) -> None:
         for strategy, seed in todo:
             rd, argv, ckpt = _fit_args(args, strategy, seed, warm)
             if ckpt is not None:
-                resumed[f"{strategy}_seed{seed}"] = checkpoint_step(ckpt)
-                print(f"{strategy}_seed{seed}: resuming from {ckpt} (step {resumed[f'{strategy}_seed{seed}']})", flush=True)
+                name = f"{strategy}_seed{seed}"
+                resumed[name] = checkpoint_step(ckpt)
+                print(f"{name}: resuming from {ckpt} (step {resumed[name]})", flush=True)
             futures[pool.submit(rd, argv, append=ckpt is not None)] = (strategy, seed, rd)
         for done in as_completed(futures):
             strategy, seed, rd = futures[done]

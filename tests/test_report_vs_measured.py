@@ -1,7 +1,6 @@
 """The selection report from SelectionRecorder files (``read_selection_records``) and
 ``benchmarks/report_vs_measured.py``: its reading of verdicts, its rule, and a run on a made-up results folder."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,16 +9,14 @@ import pytest
 from lit_rlvr.group_records import GroupRecord, read_groups
 from lit_rlvr.selection_report import (MIN_REVISITS, MEASURED_CAVEAT, SelectionStats, read_selection_records,
                                        selection_stats, verdict)
+from tests.benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 REGIME_B = ROOT / "docs" / "results" / "bench_real" / "smollm2_mixed"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("report_vs_measured", ROOT / "benchmarks" / "report_vs_measured.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("report_vs_measured")
 
 
 def test_selection_records_become_group_records(tmp_path):

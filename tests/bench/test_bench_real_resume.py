@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.benchmark_scripts import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET = 16 * 24  # 24 steps of 4 prompts x 4 rollouts
 
@@ -93,11 +95,7 @@ def test_a_killed_cell_resumes_and_writes_what_a_straight_run_writes(tmp_path):
 
 
 def test_a_folder_of_other_arguments_is_not_resumed(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "benchmarks" / "bench_real.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_real")
     rd = tmp_path / "grpo_seed0"
     (rd / "csv" / "version_0" / "checkpoints").mkdir(parents=True)
     (rd / "csv" / "version_0" / "checkpoints" / "last.ckpt").write_bytes(b"x")
@@ -111,13 +109,9 @@ def test_a_folder_of_other_arguments_is_not_resumed(tmp_path):
 
 
 def test_a_resumed_run_missing_a_steps_row_is_caught():
-    import importlib.util
-
     import pandas as pd
 
-    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "benchmarks" / "bench_real.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_real")
     nan = float("nan")
     frame = pd.DataFrame({"step": [0, 0, 2, 3, 3], "rollouts/generated": [nan, 16, 16, nan, 16]})  # step 1: no row
     assert bench.missing_training_steps(frame) == [1]

@@ -68,11 +68,8 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
 
 def test_result_folders_are_per_config_and_trials_stay_out_of_docs():
     import argparse
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "benchmarks" / "bench_real.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module()
 
     def folders(config, out=None, results=None):
         args = argparse.Namespace(config=config, out=out, results=results, default_out=out is None)
@@ -87,12 +84,9 @@ def test_result_folders_are_per_config_and_trials_stay_out_of_docs():
 
 
 def _bench_module():
-    import importlib.util
+    from tests.benchmark_scripts import load_benchmark
 
-    spec = importlib.util.spec_from_file_location("bench_real", ROOT / "benchmarks" / "bench_real.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_benchmark("bench_real")
 
 
 def test_a_benchmark_override_layers_on_the_method_config_and_changes_its_settings(tmp_path):

@@ -1,19 +1,14 @@
 """benchmarks/plot_probe.py: the probe histograms as one bar chart, one bar per probe file."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_scripts import load_benchmark
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("plot_probe", ROOT / "benchmarks" / "plot_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("plot_probe")
 
 
 def _probe(path, seed, g=8):

@@ -1,18 +1,16 @@
 """benchmarks/regime_b_tables.py cells: one row per cell of a committed grid, from its result files alone."""
 
-import importlib.util
 import json
 from pathlib import Path
+
+from tests.benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 G32 = ROOT / "docs" / "results" / "bench_real" / "smollm2_mixed_g32"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("regime_b_tables", ROOT / "benchmarks" / "regime_b_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("regime_b_tables")
 
 
 def test_cells_reproduce_the_committed_large_group_rows(tmp_path, capsys):

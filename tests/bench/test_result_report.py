@@ -115,12 +115,9 @@ def test_no_result_files_is_a_clear_error(tmp_path):
 
 
 def test_bench_real_report_reads_the_result_files(results, tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
+    from tests.benchmark_scripts import load_benchmark
 
-    spec = importlib.util.spec_from_file_location("bench_real", Path(__file__).parents[2] / "benchmarks" / "bench_real.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("bench_real")
     mod.main(["--out", str(tmp_path / "runs"), "report", "--results", str(results), "--no-copy-png",
               "--strategies", "grpo", "dynamic_sampling", "--seeds", "0", "1", "--heldout-target", "0.5"])
     out = capsys.readouterr().out
