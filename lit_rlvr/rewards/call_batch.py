@@ -64,6 +64,7 @@ def _log_sandbox(report: Optional[dict]) -> None:
     if report is not None and not _SANDBOX_LOGGED:
         _SANDBOX_LOGGED = True
         (log.warning if report.get("missing") else log.info)("%s", describe(report))
+        log.debug("%s", describe(report, detail=True))
 
 
 class BatchLoop:

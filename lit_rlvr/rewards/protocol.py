@@ -42,7 +42,7 @@ MAX_TEXT = 1000
 """Longest string (error message, string value) a reply may carry."""
 _HEADER = struct.Struct("!I")
 _REPORT_KEYS = {"workdir": str, "limits": str, "filesystem": str, "network": str, "processes": str, "reads": str,
-                "workdir_size": str}
+                "signals": str, "workdir_size": str}
 
 
 class ProtocolError(ValueError):

@@ -103,7 +103,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         memfd_secret=447, shmget=29, shmat=30, shmctl=31, semget=64, semop=65, semctl=66, semtimedop=220,
         msgget=68, msgsnd=69, msgrcv=70, msgctl=71, mq_open=240, mq_unlink=241, mq_timedsend=242,
         mq_timedreceive=243, mq_notify=244, mq_getsetattr=245, keyctl=250, add_key=248, request_key=249,
-        bpf=321, userfaultfd=323, prctl=157,
+        bpf=321, userfaultfd=323, prctl=157, fcntl=72, ioctl=16,
     )),
     "aarch64": (0xC00000B7, dict(
         clone=220, execve=221, execveat=281, clone3=435, socket=198, socketpair=199,
@@ -118,7 +118,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         memfd_secret=447, shmget=194, shmat=196, shmctl=195, semget=190, semop=193, semctl=191,
         semtimedop=192, msgget=186, msgsnd=189, msgrcv=188, msgctl=187, mq_open=180, mq_unlink=181,
         mq_timedsend=182, mq_timedreceive=183, mq_notify=184, mq_getsetattr=185, keyctl=219, add_key=217,
-        request_key=218, bpf=280, userfaultfd=282, prctl=167,
+        request_key=218, bpf=280, userfaultfd=282, prctl=167, fcntl=25, ioctl=29,
     )),
 }
 _ALLOW, _KILL = 0x7FFF0000, 0x80000000
@@ -176,19 +176,31 @@ def _drop_capabilities(libc: Any) -> None:
     _check(libc.capset(header, data), "capset")
 
 
-def _landlock(libc: Any, workdir: str, readable: Sequence[str], listable: Sequence[str]) -> tuple[str, bool, bool]:
-    """Writes only in ``workdir``, reads only under ``readable`` (and listing ``listable``).
+_SIGNAL_SCOPE_ABI = 6
+"""The first Landlock ABI (Linux 6.12) that scopes signals: none to a process outside the caller's domain."""
+
+
+def landlock_abi(libc: Any, simulate_missing: Sequence[str] = ()) -> int:
+    """The kernel's Landlock ABI (0 without Landlock); capped below signal scoping when ``signal_scope`` is simulated missing."""
+    if "landlock" in simulate_missing:
+        return 0
+    abi = max(0, _sys(libc, "syscall", 444, None, 0, 1))  # landlock_create_ruleset(NULL, 0, VERSION)
+    return min(abi, _SIGNAL_SCOPE_ABI - 1) if "signal_scope" in simulate_missing else abi
+
+
+def _landlock(libc: Any, workdir: str, readable: Sequence[str], listable: Sequence[str],
+              abi: int) -> tuple[str, bool, bool]:
+    """Writes only in ``workdir``, reads only under ``readable`` (and listing ``listable``), at Landlock ``abi``.
 
     Returns (description, network denied, signals scoped).
     """
-    abi = _sys(libc, "syscall", 444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, VERSION)
     if abi < 1:
         raise OSError(ctypes.get_errno(), "Landlock is not available in this kernel")
     fs = (_FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_READ_DIR | _FS_REMOVE_DIR | _FS_REMOVE_FILE
           | _FS_MAKE_CHAR | _FS_MAKE_DIR | _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK | _FS_MAKE_SYM)
     fs |= (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
-    scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= 6 else 0
+    scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL if abi >= _SIGNAL_SCOPE_ABI else 0
     attr = struct.pack("QQQ", fs, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
     buf = ctypes.create_string_buffer(attr, len(attr))
     ruleset = _check(_sys(libc, "syscall", 444, buf, len(attr), 0), "landlock_create_ruleset")
@@ -235,6 +247,15 @@ _SELF_ONLY = (
 _SIGNALS = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 """Signals: only to the caller's own pid (not 0 or a negative pid: those reach process groups)."""
 _PR_SET_PDEATHSIG = 1
+_F_SETFL, _O_ASYNC = 4, 0o20000
+_FCNTL_DENIED = (8, 10, 15, 1024, 1026, 1031)
+"""``fcntl`` commands refused: ``F_SETOWN``, ``F_SETOWN_EX`` and ``F_SETSIG`` (which process a descriptor's
+I/O signal goes to, and which signal: the kernel sends it with the setter's rights, so a call could name the
+trainer and SIGKILL), ``F_SETLEASE`` and ``F_NOTIFY`` (signals on another process's access), ``F_SETPIPE_SZ``
+(the size of a pipe another process holds). ``F_SETFL`` is refused when it sets ``O_ASYNC``."""
+_IOCTL_DENIED = (0x5452, 0x8901, 0x8902)
+"""``ioctl`` requests refused: ``FIOASYNC`` (``O_ASYNC`` by another path), ``FIOSETOWN`` and ``SIOCSPGRP``
+(``F_SETOWN`` by other paths)."""
 
 
 def seccomp_program(machine: str, pid: int, allow_fork: bool = False) -> list[tuple[int, int, int, int]]:
@@ -289,6 +310,14 @@ def seccomp_program(machine: str, pid: int, allow_fork: bool = False) -> list[tu
             prog += block(name, allow_if((0, (which,)), (1, (0, pid))))
     prog += block("prctl", [arg(0), (jeq, 0, 3, _PR_SET_PDEATHSIG), arg(1), (jeq, 1, 0, 9), (ret, 0, 0, _EPERM),
                             (ret, 0, 0, _ALLOW)])
+    # fcntl(fd, cmd, arg): no owner, signal, lease or notify settings; F_SETFL without O_ASYNC only
+    n = len(_FCNTL_DENIED)
+    prog += block("fcntl", [arg(1)] + [(jeq, n - j + 3, 0, cmd) for j, cmd in enumerate(_FCNTL_DENIED)]
+                  + [(jeq, 0, 2, _F_SETFL), arg(2), (jset, 1, 0, _O_ASYNC), (ret, 0, 0, _ALLOW), (ret, 0, 0, _EPERM)])
+    # ioctl(fd, request, ...): not the owner or O_ASYNC by another name
+    n = len(_IOCTL_DENIED)
+    prog += block("ioctl", [arg(1)] + [(jeq, n - j, 0, req) for j, req in enumerate(_IOCTL_DENIED)]
+                  + [(ret, 0, 0, _ALLOW), (ret, 0, 0, _EPERM)])
     prog += [(ret, 0, 0, _ALLOW)]
     assert all(jt < 256 and jf < 256 for _, jt, jf, _ in prog)
     return prog
@@ -311,7 +340,8 @@ def _seccomp(libc: Any, allow_fork: bool = False) -> str:
     fbuf = ctypes.create_string_buffer(fprog, len(fprog))
     _check(_sys(libc, "prctl", _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, fbuf, 0, 0), "seccomp")
     return ("seccomp: no new processes, exec, sockets, memfd, System V or POSIX IPC, keyrings; "
-            "calls that take a process id act on the worker itself only")
+            "calls that take a process id act on the worker itself only; no descriptor owner, I/O signal or "
+            "O_ASYNC settings (fcntl, ioctl)")
 
 
 def _private_tmpfs(libc: Any, workdir: str, size_mb: int) -> str:
@@ -323,22 +353,41 @@ def _private_tmpfs(libc: Any, workdir: str, size_mb: int) -> str:
     return f"a private {size_mb} MB tmpfs (gone with the worker)"
 
 
-def confine_call() -> None:
-    """In a call's child, forked by a confined zygote: the seccomp filter again, now without ``fork``.
+def _scope_signals(libc: Any) -> None:
+    """A nested Landlock domain that only scopes signals and abstract sockets (ABI 6+): from here on this
+    process cannot signal its zygote either, which shares the outer domain."""
+    attr = struct.pack("QQQ", 0, 0, _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = _check(_sys(libc, "syscall", 444, buf, len(attr), 0), "landlock_create_ruleset(scope)")
+    try:
+        _check(_sys(libc, "syscall", 446, ruleset, 0), "landlock_restrict_self(scope)")
+    finally:
+        os.close(ruleset)
+
+
+def confine_call(scope_signals: bool = False) -> None:
+    """In a call's child, forked by a confined zygote: signals scoped to itself (``scope_signals``, when the
+    zygote's Landlock scopes them), then the seccomp filter again, now without ``fork``.
 
     The zygote's own filter (``allow_fork``) still applies; the two together let calls that take a
     process id act on neither the zygote nor any other process.
     """
-    _seccomp(_libc())
+    libc = _libc()
+    if scope_signals:
+        _scope_signals(libc)
+    _seccomp(libc)
 
 
 # --------------------------------------------------------------------------- entry point
 
 
-FEATURES = ("landlock", "seccomp", "namespaces")
+FEATURES = ("landlock", "signal_scope", "seccomp", "namespaces")
 """Kernel features the sandbox uses; ``SIMULATE_MISSING_ENV`` may name some to act as if they were absent."""
 SIMULATE_MISSING_ENV = "LIT_RLVR_SANDBOX_SIMULATE_MISSING"
-"""Comma-separated ``FEATURES`` the trainer treats as missing (to see and test what happens without them)."""
+"""Comma-separated ``FEATURES`` the trainer treats as missing (to see and test what happens without them);
+``signal_scope`` caps Landlock below ABI 6, as on a Linux 5.13-6.11 kernel."""
+_NO_SIGNAL_SCOPE = ("Landlock signal scoping (ABI 6, Linux 6.12+): signals from reward code to other processes, "
+                    "I/O signals (fcntl F_SETOWN) included, are refused by the seccomp filter alone")
 
 
 def simulated_missing() -> tuple[str, ...]:
@@ -360,9 +409,12 @@ def missing_features(simulate_missing: Sequence[str] = ()) -> list[str]:
         return [f"Linux ({sys.platform}): no write, network or process restrictions"]
     libc = _libc()
     missing = []
-    if "landlock" in simulate_missing or _sys(libc, "syscall", 444, None, 0, 1) < 1:
+    abi = landlock_abi(libc, simulate_missing)
+    if abi < 1:
         missing.append("Landlock (Linux 5.13+, in the lsm= list): reads and writes outside the worker's directory "
                        "are not confined")
+    elif abi < _SIGNAL_SCOPE_ABI:
+        missing.append(f"{_NO_SIGNAL_SCOPE} (this kernel has Landlock ABI {abi})")
     if "seccomp" in simulate_missing or _machine() not in _ARCHES or _sys(libc, "prctl", 21, 0, 0, 0, 0) < 0:
         missing.append("seccomp filters (x86_64 or aarch64): system calls on other processes, child processes, "
                        "exec, sockets, memfd and System V IPC are not refused")
@@ -395,7 +447,7 @@ def apply_sandbox(
     (each a description, or ``""`` when not enforced) and ``missing`` (why not).
     """
     report: dict[str, Any] = dict(workdir="", limits="", filesystem="", reads="", network="", processes="",
-                                  workdir_size="", missing=[])
+                                  signals="", workdir_size="", missing=[])
     missing: list[str] = report["missing"]
     os.chdir(workdir)
     for var in ("TMPDIR", "TEMP", "TMP"):
@@ -436,11 +488,17 @@ def apply_sandbox(
     try:
         if "landlock" in simulate_missing:
             raise OSError(0, "Landlock is not available in this kernel (simulated)")
-        desc, net_denied, _ = _landlock(libc, workdir, readable, listable)
+        abi = landlock_abi(libc, simulate_missing)
+        desc, net_denied, scoped = _landlock(libc, workdir, readable, listable, abi)
         report["filesystem"] = desc
         report["reads"] = "confined"
         if net_denied:
             network.append("landlock: no TCP")
+        if scoped:
+            report["signals"] = "landlock: no signals to processes outside the sandbox, each call scoped to itself"
+        else:
+            missing.append(f"{_NO_SIGNAL_SCOPE} (Landlock ABI {abi}"
+                           f"{', capped (simulated)' if 'signal_scope' in simulate_missing else ''})")
     except OSError as e:
         missing.append(f"reads and writes outside the working directory are NOT prevented ({e})")
     try:
@@ -457,11 +515,21 @@ def apply_sandbox(
     return report
 
 
-def describe(report: dict[str, Any]) -> str:
-    """One log line: what the sandbox enforces and what it does not."""
-    parts = [f"working directory {os.path.dirname(report['workdir'])}/lit-rlvr-reward-*"]
-    parts += [report[k] for k in ("workdir_size", "limits", "filesystem", "network", "processes") if report.get(k)]
-    text = "reward workers are sandboxed: " + "; ".join(parts)
+_SHORT_NAMES = (("filesystem", "Landlock"), ("signals", "signal scoping"), ("processes", "seccomp"),
+                ("workdir_size", "private tmpfs"), ("limits", "resource limits"), ("network", "no network"))
+
+
+def describe(report: dict[str, Any], detail: bool = False) -> str:
+    """What the sandbox enforces and what it does not: one short line, or (``detail``) every part in full."""
+    if detail:
+        parts = [f"working directory {os.path.dirname(report['workdir'])}/lit-rlvr-reward-*"]
+        parts += [report[k] for k in ("workdir_size", "limits", "filesystem", "signals", "network", "processes")
+                  if report.get(k)]
+        text = "reward workers are sandboxed: " + "; ".join(parts)
+        if report.get("missing"):
+            text += ". NOT enforced here: " + "; ".join(report["missing"])
+        return text
+    text = "reward workers are sandboxed (" + ", ".join(n for k, n in _SHORT_NAMES if report.get(k)) + ")"
     if report.get("missing"):
-        text += ". NOT enforced here: " + "; ".join(report["missing"])
-    return text
+        text += "; NOT enforced here: " + "; ".join(m.split(" (")[0] for m in report["missing"])
+    return text + " (docs/security.md; details at debug level)"

@@ -7,12 +7,17 @@ stdout/stderr on a pipe the trainer relays to its log. The zygote reads its set-
 confines itself (``sandbox.apply_sandbox``, fork still allowed) while it has one
 thread, and only then imports the reward's module (and preloads, and runs the
 warm-up): a reward module's top-level code never runs in the trainer, nor
-unconfined. Then, forever: it forks a child, which sets its own parent-death
-signal and seccomp filter (``sandbox.confine_call``: no fork, process-id calls on
-itself only) *before* it reads its one request, answers it on the reply pipe and
-exits; the zygote waits for it, empties the working directory, and reports
-``done`` on the control pipe, which calls never hold. So nothing one call does
-(patched modules, files, threads, memory) reaches the next. Replies and control
+unconfined. Then, forever: it forks a child with three new pipes (request, reply,
+output) whose other ends only the zygote holds; the child closes every other
+descriptor, sets its own parent-death signal, Landlock signal scope and seccomp
+filter (``sandbox.confine_call``: no fork, process-id calls on itself only)
+*before* it reads its one request, answers it and exits. The zygote reads the
+trainer's request whole and hands it over, relays the call's output to its own
+stdout and its reply to the trainer's reply pipe, waits for it, empties the
+working directory, and reports ``done`` on the control pipe. So a call holds no
+open file that the trainer or a later call also uses (whose flags, owner or I/O
+signal it could set), and nothing one call does (patched modules, files,
+threads, memory, descriptor state) reaches the next. Replies and control
 messages follow ``protocol`` (JSON data, never pickles).
 
 Also ``resolve_callable`` (import paths, with the launch directory as a
@@ -26,6 +31,7 @@ import importlib
 import logging
 import os
 import pickle
+import select
 import signal
 import sys
 from typing import Any, Callable, Optional
@@ -132,12 +138,11 @@ def _send(fd: int, kind: str, **fields: Any) -> None:
     protocol.write_all(fd, protocol.encode(kind, **fields))
 
 
-def _answer_once(req: int, rep: int, got: int, fn: Callable[..., Any]) -> None:
-    """In a call's child: read one request, say so on ``got``, answer it (``protocol``'s ``result``)."""
+def _answer_once(req: int, rep: int, fn: Callable[..., Any]) -> None:
+    """In a call's child: read its one request (from the zygote), answer it (``protocol``'s ``result``)."""
     raw = protocol.read_frame(req)
     if raw is None:
         return
-    os.write(got, b"R")  # the request pipe holds nothing of this call any more
     i, args, kwargs = pickle.loads(raw)  # the trainer's own data: nothing a worker wrote flows into requests
     ok, value, error = True, None, ""
     try:
@@ -150,14 +155,32 @@ def _answer_once(req: int, rep: int, got: int, fn: Callable[..., Any]) -> None:
     _send(rep, "result", i=i, ok=ok, value=value, error=error, cpu_s=times.user + times.system)
 
 
-def _child(req: int, rep: int, got: int, fn: Callable[..., Any], zygote: int, confined: bool) -> None:
-    """One call in a fresh process: confine it, then read its request, answer once and exit."""
+def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor from 3 up except ``keep`` (``close_range``: one system call a gap)."""
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+
+
+def _child(req: int, rep: int, out: int, fn: Callable[..., Any], zygote: int, confined: bool,
+           scope_signals: bool) -> None:
+    """One call in a fresh process: keep only its own pipes, confine it, read its request, answer once, exit.
+
+    Its request, reply and output pipes are new for this call and their other ends are the zygote's alone:
+    nothing it holds is shared with the trainer or carried into the next call (a descriptor's flags,
+    owner and signal live on the open file, which dies with this call).
+    """
     code = 1
     try:
         die_with_parent(zygote)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        _close_all_but({req, rep})
         if confined:
-            confine_call()
-        _answer_once(req, rep, got, fn)
+            confine_call(scope_signals)
+        _answer_once(req, rep, fn)
         code = 0
     finally:
         try:
@@ -165,6 +188,30 @@ def _child(req: int, rep: int, got: int, fn: Callable[..., Any], zygote: int, co
             sys.stderr.flush()
         finally:
             os._exit(code)  # no atexit handlers, no finalizers: nothing of the call runs after it
+
+
+def _relay_call(rep: int, out: int, limit: int) -> bytes:
+    """In the zygote, while a call runs: pass its output on to the zygote's own stdout (the trainer's log)
+    and keep the first ``limit`` bytes of its reply, until the call has closed both (it ended)."""
+    reply = bytearray()
+    poll = select.poll()
+    for fd in (rep, out):
+        poll.register(fd, select.POLLIN)
+    open_fds = {rep, out}
+    while open_fds:
+        for fd, _ in poll.poll():
+            data = os.read(fd, 65536)
+            if not data:
+                poll.unregister(fd)
+                open_fds.discard(fd)
+            elif fd == out:
+                try:
+                    protocol.write_all(1, data)
+                except OSError:
+                    pass  # the trainer stopped reading: it is going away
+            elif len(reply) < limit:
+                reply += data[: limit - len(reply)]
+    return bytes(reply)
 
 
 def _empty(directory: str) -> bool:
@@ -187,28 +234,42 @@ def _empty(directory: str) -> bool:
     return not os.listdir(directory)
 
 
-def _zygote(req: int, rep: int, ctl: int, fn: Callable[..., Any], workdir: Optional[str], confined: bool) -> None:
-    """Fork one child per call (``_child``), wait for it, clean up after it, report ``done``; forever."""
+def _zygote(req: int, rep: int, ctl: int, fn: Callable[..., Any], workdir: Optional[str], confined: bool,
+            scope_signals: bool) -> None:
+    """Fork one child per call (``_child``), hand it the trainer's request over a pipe of its own, relay its
+    reply and output, wait for it, clean up after it, report ``done``; forever."""
     me = os.getpid()
     gc.collect()
     gc.freeze()  # the zygote's objects stay out of the children's collections: their pages are not copied
+    reply_limit = protocol.MAX_REPLY_BYTES + 5  # one frame's header and body, and one byte to tell it oversized
     while True:
-        got_r, got_w = os.pipe()  # the child says here that it read its whole request
-        pid = os.fork()
+        call_req_r, call_req_w = os.pipe()
+        call_rep_r, call_rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()  # before the request arrives: the fork is not charged to the call
         if pid == 0:
-            os.close(ctl)  # the control pipe is the zygote's alone
-            os.close(got_r)
-            _child(req, rep, got_w, fn, me, confined)
-        os.close(got_w)
-        _, status = os.waitpid(pid, 0)
-        os.set_blocking(got_r, False)
+            _child(call_req_r, call_rep_w, out_w, fn, me, confined, scope_signals)
+        for fd in (call_req_r, call_rep_w, out_w):
+            os.close(fd)
+        request = protocol.read_frame(req)  # the whole request, so the trainer's pipe is never left mid-frame
         try:
-            consumed = bool(os.read(got_r, 1))
-        except BlockingIOError:
-            consumed = False
-        os.close(got_r)
+            if request is not None:
+                protocol.write_all(call_req_w, protocol.frame(request))
+        except OSError:
+            pass  # the call's process ended before it read its request: its exit code says so
+        os.close(call_req_w)  # EOF: with no request (the trainer is gone) the child exits at once
+        reply = _relay_call(call_rep_r, out_r, reply_limit)
+        os.close(call_rep_r)
+        os.close(out_r)
+        _, status = os.waitpid(pid, 0)
+        if request is None:
+            return
+        if reply:
+            protocol.write_all(rep, reply)  # as the call wrote it: the trainer checks it (``protocol.decode``)
         clean = workdir is None or _empty(workdir)
-        _send(ctl, "done", code=os.waitstatus_to_exitcode(status), consumed=consumed and clean)
+        _send(ctl, "done", code=os.waitstatus_to_exitcode(status), consumed=clean)
         if not clean:
             return  # something of the call could not be removed: the trainer starts a fresh zygote
 
@@ -217,6 +278,8 @@ def main(argv: list[str]) -> None:
     """Zygote entry point: ``REQ_FD REPLY_FD CTL_FD``; see the module docstring."""
     global LAUNCH_DIR
     req, rep, ctl = int(argv[0]), int(argv[1]), int(argv[2])
+    # ``-c`` put the working directory (writable by calls) first on sys.path: no import ever looks there
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's business
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)  # a terminal on stdin is writable too
@@ -246,7 +309,8 @@ def main(argv: list[str]) -> None:
         _send(ctl, "init_error", error=error_summary(e) if not isinstance(e, ValueError) else str(e))
         return
     _send(ctl, "ready", report=report)
-    _zygote(req, rep, ctl, fn, setup["workdir"], bool(report and report["processes"]))
+    _zygote(req, rep, ctl, fn, setup["workdir"], bool(report and report["processes"]),
+            bool(report and report["signals"]))
 
 
 if __name__ == "__main__":

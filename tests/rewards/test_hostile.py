@@ -412,7 +412,7 @@ def test_strict_workers_refuse_to_start_without_a_feature(feature, monkeypatch):
     assert not out.ok and "model.reward_sandbox.strict is set and this system does not enforce" in out.value
 
 
-@pytest.mark.parametrize("feature", ["landlock", "seccomp", "namespaces"])
+@pytest.mark.parametrize("feature", ["landlock", "signal_scope", "seccomp", "namespaces"])
 def test_without_a_kernel_feature_calls_still_leave_nothing_for_the_next(feature, monkeypatch):
     """The missing path (simulated): the feature is reported missing; a fresh process per call still holds."""
     monkeypatch.setenv("LIT_RLVR_SANDBOX_SIMULATE_MISSING", feature)
@@ -425,4 +425,5 @@ def test_without_a_kernel_feature_calls_still_leave_nothing_for_the_next(feature
     finally:
         scorer.close()
     assert res.components["p"].tolist()[:2] == [0.0, 0.0] and res.components["l"].tolist()[2:] == [0.0, 0.0]
-    assert {"landlock": "Landlock", "seccomp": "seccomp", "namespaces": "size is NOT limited"}[feature] in missing
+    assert {"landlock": "Landlock", "signal_scope": "Landlock signal scoping (ABI 6, Linux 6.12+)", "seccomp": "seccomp",
+            "namespaces": "size is NOT limited"}[feature] in missing
