@@ -10,9 +10,13 @@ Follows the released code (databricks/pilot-commit, Apache-2.0, commit 6def20e):
   prompt added again replaces its entry in place (a dict keeps the key's first position).
 * ``PilotBuffer.flush``: ``ReplayBuffer.flush`` (lines 70-87): after the step's batch is full,
   evict every entry with ``step − entry.step > max_off_steps``.
-* ``PilotBuffer.select``: ``ReplayBuffer.sample`` with ``max_variance`` (lines 125-151 and
-  242-260): when at most ``size`` entries are available, all of them in insertion order; else
-  sorted by (pilot std, step) descending, stable, the first ``size``.
+* ``PilotBuffer.select``: ``ReplayBuffer.sample`` (lines 125-151): when at most ``size`` entries
+  are available, all of them in insertion order (lines 130-135); else with ``max_variance``
+  (lines 242-260) sorted by (pilot std, step) descending, stable, the first ``size``; with
+  ``random`` (line 138, ``random.sample``) a uniform draw, here from a seeded generator.
+* ``PilotBuffer.replay``: a step's pops (commits) and adds (admissions) in the order they
+  happened; a prompt committed and then admitted again stays in, as ``sample`` deletes and
+  ``add`` re-inserts the key (lines 64-68, 174-176).
 * ``truncated_importance_weights``: not in the released code (it recomputes π_old for every row,
   pc_ray_trainer.py lines 718-728, so a stale pilot is trained as if on-policy); an option here.
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Collection, Optional, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +33,8 @@ import torch
 from lit_rlvr.selection_toolkit import gather_rows, require_keys
 
 KEEP, TOO_EASY, TOO_HARD = "keep", "too_correct", "too_incorrect"
+SAMPLING = ("max_variance", "random")
+"""``buffer_sampling`` choices: the released ``buffer_sampling_method`` values this implements."""
 
 
 def pilot_stats(correct: Sequence[float]) -> tuple[float, float]:
@@ -96,15 +102,28 @@ class PilotBuffer:
             del self.entries[k]
         return len(old)
 
-    def select(self, size: int, owner: Optional[int] = None) -> list[int]:
-        """Prompt ids to commit: all available when at most ``size``, else the ``size`` largest (std, step)."""
-        available = [k for k, e in self.entries.items() if owner is None or e.owner == owner]
+    def select(self, size: int, owner: Optional[int] = None, skip: Collection[int] = (), method: str = "max_variance",
+               generator: Optional[torch.Generator] = None) -> list[int]:
+        """Prompt ids to commit: all available (not in ``skip``) when at most ``size``; else the ``size`` largest
+        (std, step) (``max_variance``) or a uniform draw from ``generator`` (``random``)."""
+        available = [k for k, e in self.entries.items() if (owner is None or e.owner == owner) and k not in skip]
         if size <= 0:
             return []
         if len(available) <= size:
             return available
+        if method == "random":
+            return [available[i] for i in torch.randperm(len(available), generator=generator)[:size].tolist()]
         ranked = sorted(available, key=lambda k: (self.entries[k].std, self.entries[k].step), reverse=True)
         return ranked[:size]
+
+    def replay(self, events: Sequence[tuple[str, Any]]) -> None:
+        """Apply ``("pop", (prompt id, owner))`` and ``("add", entry)`` events in order; a pop removes the
+        prompt's entry only if ``owner`` holds it (another rank may have re-admitted it since)."""
+        for kind, item in events:
+            if kind == "add":
+                self.add(item)
+            elif item[0] in self.entries and self.entries[item[0]].owner == item[1]:
+                del self.entries[item[0]]
 
     def excluded_in(self, ids: Sequence[int], epoch: int) -> list[bool]:
         """For each prompt id: excluded in an epoch before ``epoch``."""

@@ -10,12 +10,15 @@ One step, as the released trainer runs it (round = one batched engine call):
 
 * **pilot**: every round generates ``pilot_size`` rollouts for each fresh prompt (round 0: the
   step's pool, ``data.pool_multiple`` × B prompts, 3 in the paper; later rounds: as many fresh
-  draws). Once scored, a pilot whose accuracy is in ``accuracy_band`` enters the buffer with its
-  rollouts; one whose accuracy is >= ``exclude_at`` is skipped from the next data epoch on.
+  draws; with ``replace_excluded`` an excluded prompt is replaced by a further draw, as the
+  released dataset drops them). Once scored, a pilot whose accuracy is in ``accuracy_band`` enters
+  the buffer with its rollouts; one whose accuracy is >= ``exclude_at`` is skipped from the next
+  data epoch on.
 * **commit**: in the same round, up to B − (prompts committed so far) buffered prompts, by pilot
-  std (then recency), no staler than the buffer keeps them, get ``G − pilot_size`` fresh rollouts
-  each; the trained group is pilot + commit (G rows). A pilot of an earlier step is carried into
-  the batch (``RolloutState.carry``); one of this step is already a row.
+  std then recency (``buffer_sampling``), no staler than the buffer keeps them and not committed
+  already this step, get ``G − pilot_size`` fresh rollouts each; the trained group is pilot + commit
+  (G rows). A pilot of an earlier step is carried into the batch (``RolloutState.carry``); one of
+  this step is already a row. A prompt committed and then piloted again in the band stays buffered.
 * rounds go on until B prompts are committed or ``max_rounds`` (the released code raises there;
   this trains on what it has). After the step the buffer drops entries with
   ``step − entry.step > max_staleness``, and at an epoch change it drops them all.
@@ -35,11 +38,11 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lit_rlvr.callbacks.pilot_buffer import KEEP, TOO_EASY, BufferEntry, PilotBuffer, band_of, gather_objects, pilot_stats
+from lit_rlvr.callbacks.pilot_buffer import KEEP, SAMPLING, TOO_EASY, BufferEntry, PilotBuffer, band_of, gather_objects, pilot_stats
 from lit_rlvr.callbacks.pilot_buffer import truncated_importance_weights
 from lit_rlvr.selection import PromptSelector, RolloutAllocator, RolloutFilter, SelectionCallback, TokenWeighter
 from lit_rlvr.selection_host import SelectionHost
-from lit_rlvr.selection_toolkit import data_epoch, warn_if_pool_is_batch_sized
+from lit_rlvr.selection_toolkit import data_epoch, seeded_generator, warn_if_pool_is_batch_sized
 from lit_rlvr.types import CarriedGroup, Completion, PromptPool, RolloutBatch, RolloutState
 
 _COUNTS = ("pilot_rollouts", "commit_rollouts", "replayed_rollouts", "trained_rollouts",
@@ -64,6 +67,12 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
         importance_correction: weight a carried pilot's tokens by min(π_old/μ, importance_cap) against the
             log-probs it was sampled with (False: the released code's π_old recomputation alone).
         importance_cap: the cap of that weight.
+        replace_excluded: replace each excluded prompt of a round by a further draw, so a round pilots its full
+            share (the released code drops excluded prompts from the dataset); False: a round pilots fewer, and
+            one whose draws are all excluded ends the step (this project before 2026-12-06).
+        buffer_sampling: which buffered prompts to commit when more are available than needed: ``max_variance``
+            (largest pilot std, then most recent; the 1.5B script) or ``random`` (uniform, seeded per step, rank
+            and round; the 4B script and the released config's default).
     """
 
     refill = True
@@ -87,6 +96,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
         success_threshold: float = 1.0,
         importance_correction: bool = False,
         importance_cap: float = 2.0,
+        replace_excluded: bool = True,
+        buffer_sampling: str = "max_variance",
     ) -> None:
         super().__init__()
         low, high = (float(x) for x in accuracy_band)
@@ -98,6 +109,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
             raise ValueError(f"PilotCommit: need max_staleness >= 0 and max_rounds >= 1, got {max_staleness!r}, {max_rounds!r}")
         if not importance_cap > 0:
             raise ValueError(f"PilotCommit: `importance_cap` must be > 0, got {importance_cap!r}")
+        if buffer_sampling not in SAMPLING:
+            raise ValueError(f"PilotCommit: `buffer_sampling` must be one of {list(SAMPLING)}, got {buffer_sampling!r}")
         self.pilot_size_setting = None if pilot_size is None else int(pilot_size)
         self.band = (low, high)
         self.exclude_at = None if exclude_at is None else float(exclude_at)
@@ -106,6 +119,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
         self.success_threshold = float(success_threshold)
         self.importance_correction = bool(importance_correction)
         self.importance_cap = float(importance_cap)
+        self.replace_excluded = bool(replace_excluded)
+        self.buffer_sampling = buffer_sampling
         self.pilot_size, self.commit_size = 0, 0  # set from G in setup_selection
         self.buffer = PilotBuffer()
         self.totals = {"pilot_rollouts": 0, "commit_rollouts": 0, "trained_rollouts": 0}
@@ -117,6 +132,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
         self._last_pilots: list[int] = []
         self._committed: dict[int, BufferEntry] = {}  # pool index -> the entry committed there
         self._from_buffer: list[int] = []  # prompt ids of stored entries committed this step
+        self._events: list[tuple[str, Any]] = []  # this rank's buffer pops and adds, in order (PilotBuffer.replay)
+        self._start: Optional[dict[int, BufferEntry]] = None  # the buffer as the step's rounds began (replayed onto)
         self._new_excluded: list[int] = []
         self._bands = {"passed": 0, "too_easy": 0, "too_hard": 0}
         self._pilot_count, self._cap_hit, self._skipped, self._flushed_epoch = 0, False, 0, 0
@@ -169,8 +186,12 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
             counted = self._skipped, self._flushed_epoch  # this step's, counted by select_prompts
             self._reset_step()
             self._skipped, self._flushed_epoch = counted
+            self._start = dict(self.buffer.entries)
+            ctx = state.pool.context
+            self._pilot_count = math.ceil(len(state.pool) / ctx.world_size)  # this rank's share of a pool
             pilots = state.pool.eligible()
-            self._pilot_count = math.ceil(len(state.pool) / state.pool.context.world_size)  # this rank's share of a pool
+            if self.replace_excluded:  # this rank's part of the skipped ones, as the ranks split the pool
+                pilots += self._fresh_pilots(state, len(range(ctx.rank, self._skipped, ctx.world_size)))
         else:  # the loop calls plan after every round, so every pilot is classified here
             self._classify(state, self._last_pilots)
             self._last_pilots = []
@@ -179,9 +200,7 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
             if state.round >= self.max_rounds:
                 self._cap_hit = True
                 return torch.zeros(len(state.pool), dtype=torch.long)
-            fresh = state.draw(self._pilot_count)
-            self._skipped += self.filter_pool(state.pool, fresh, state.step, state.seed)
-            pilots = [p for p in fresh if bool(state.pool.keep[p])]
+            pilots = self._fresh_pilots(state, self._pilot_count)
         commits = self._commit(state, state.pool.batch_size - len(self._committed))
         counts = torch.zeros(len(state.pool), dtype=torch.long)
         counts[pilots] = self.pilot_size
@@ -190,6 +209,19 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
             self._pilot_round[p] = state.round
         self._last_pilots = pilots
         return counts
+
+    def _fresh_pilots(self, state: RolloutState, n: int) -> list[int]:
+        """Pool indices of up to ``n`` fresh prompts not excluded; with ``replace_excluded`` drawn until ``n`` or the data runs out."""
+        out: list[int] = []
+        while len(out) < n:
+            fresh = state.draw(n - len(out))
+            if not fresh:
+                break
+            self._skipped += self.filter_pool(state.pool, fresh, state.step, state.seed)
+            out += [p for p in fresh if bool(state.pool.keep[p])]
+            if not self.replace_excluded:
+                break
+        return out
 
     def _classify(self, state: RolloutState, pilots: list[int]) -> None:
         """Band the last round's pilots: passed ones enter the buffer (as rows of this step), all-correct ones are excluded."""
@@ -200,15 +232,25 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
             band = band_of(mean, *self.band)
             self._bands["passed" if band == KEEP else "too_easy" if band == TOO_EASY else "too_hard"] += 1
             if band == KEEP:
-                self.buffer.add(BufferEntry(prompt_id, state.step, self._epoch, mean, std, len(state.rewards[p]), ctx.rank, p))
+                entry = BufferEntry(prompt_id, state.step, self._epoch, mean, std, len(state.rewards[p]), ctx.rank, p)
+                self.buffer.add(entry)
+                self._events.append(("add", entry))
             if self.exclude_at is not None and mean >= self.exclude_at:
                 self._new_excluded.append(prompt_id)
 
     def _commit(self, state: RolloutState, need: int) -> list[int]:
-        """Pool indices of up to ``need`` buffered prompts this rank commits now (stored ones carried in)."""
-        out = []
-        for prompt_id in self.buffer.select(need, owner=state.pool.context.rank):
+        """Pool indices of up to ``need`` buffered prompts this rank commits now (stored ones carried in).
+
+        A prompt committed already this step waits for the next: the released trainer asserts B distinct
+        prompts a step (pc_ray_trainer.py line 692)."""
+        out, ctx = [], state.pool.context
+        done = {e.prompt_id for e in self._committed.values()}
+        generator = None
+        if self.buffer_sampling == "random":
+            generator = seeded_generator(ctx.seed, ctx.step, salt=f"pilot-commit-sample|{ctx.rank}|{state.round}")
+        for prompt_id in self.buffer.select(need, owner=ctx.rank, skip=done, method=self.buffer_sampling, generator=generator):
             entry = self.buffer.pop(prompt_id)
+            self._events.append(("pop", (prompt_id, ctx.rank)))
             if entry.pool_index >= 0:
                 p = entry.pool_index
             else:
@@ -223,21 +265,16 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
     @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         step = batch.context.step
-        admitted = []
-        for entry in [e for e in self.buffer.entries.values() if e.pool_index >= 0]:  # stored in place
+        for entry in [e for e in self.buffer.entries.values() if e.pool_index >= 0]:  # admitted this step, uncommitted
             entry.payload, entry.pool_index = _payload(batch, entry.pool_index), -1
-            admitted.append(entry)
         counts, staleness = self._step_counts(batch), [step - e.step for e in self._committed.values()]
-        blobs = gather_objects(trainer, {"committed": self._from_buffer, "admitted": admitted, "excluded": self._new_excluded,
+        blobs = gather_objects(trainer, {"events": self._events, "committed": self._from_buffer, "excluded": self._new_excluded,
                                          "counts": counts, "bands": self._bands, "staleness": staleness,
                                          "committed_prompts": len(self._committed), "skipped": self._skipped,
                                          "cap_hit": self._cap_hit, "pilot_prompts": len(self._pilot_round)})
-        rank = batch.context.rank
-        for r, blob in enumerate(blobs):  # rank order: every rank applies the same changes
-            for prompt_id in blob["committed"]:
-                self.buffer.entries.pop(prompt_id, None)
-            for entry in blob["admitted"] if r != rank else ():  # this rank's are in place already
-                self.buffer.add(entry)
+        self.buffer.entries = dict(self._start if self._start is not None else self.buffer.entries)
+        for blob in blobs:  # rank order: every rank replays every rank's pops and adds onto the same start
+            self.buffer.replay(blob["events"])
             for prompt_id in blob["excluded"]:
                 self.buffer.excluded.setdefault(int(prompt_id), self._epoch)
         evicted = self.buffer.flush(step, self.max_staleness)

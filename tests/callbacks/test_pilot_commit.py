@@ -83,21 +83,31 @@ def ref_exclude_batch(acc_by_prompt, threshold):  # pc_ray_trainer.py lines 346-
     return [idx for idx, values in acc_by_prompt.items() if np.mean(values) >= threshold]
 
 
-def ref_run(steps, next_chunk, acc_of, lower=0.125, upper=0.25, exclude=1.0, max_off_steps=4, max_rounds=10):
+def ref_run(steps, next_chunk, acc_of, lower=0.125, upper=0.25, exclude=1.0, max_off_steps=4, max_rounds=10,
+            epoch_steps=EPOCH_STEPS):
     """RayPCTrainer.fit's sampling loop (pc_ray_trainer.py lines 427-700) and its epoch end (lines 842-857),
     on the same prompt stream. Returns per step: committed ids (in order), their when_added, the buffer after
-    the step's flush (id, step, mean, std) and the excluded ids."""
+    the step's flush (id, step, mean, std), the excluded ids, and two events: prompts committed and then
+    admitted again in the same step (``readmitted``), and rounds whose first 3 × B draws were all excluded
+    (``refilled``)."""
     buffer, excluded_applied, to_exclude, out, epoch = RefReplayBuffer(max_off_steps), set(), set(), [], 0
     for step in range(steps):
         evicted = 0
-        if step // EPOCH_STEPS != epoch:  # end of epoch: flush all, apply exclusions (lines 850-857)
-            epoch = step // EPOCH_STEPS
+        if step // epoch_steps != epoch:  # end of epoch: flush all, apply exclusions (lines 850-857)
+            epoch = step // epoch_steps
             evicted += buffer.flush(step, enforce=True)
             excluded_applied |= to_exclude
             to_exclude = set()
-        committed, when, rounds = [], [], 0
+        committed, when, rounds, readmitted, refilled = [], [], 0, [], 0
         while True:
-            chunk = [i for i in next_chunk(3 * B) if i not in excluded_applied]  # the dataset without excluded ones
+            # a gen batch is 3 × B prompts of the dataset with the excluded rows removed (line 446; rl_dataset.py
+            # lines 192-218): on the stream, the next 3 × B not excluded
+            chunk, first = [], True
+            while len(chunk) < 3 * B:
+                drawn = next_chunk(3 * B - len(chunk))
+                refilled += first and all(i in excluded_applied for i in drawn)
+                chunk += [i for i in drawn if i not in excluded_applied]
+                first = False
             rounds += 1
             if len(buffer.buffer) > 0:  # lines 478-506
                 ids, w = buffer.sample(min(B - len(committed), len(buffer.buffer)))
@@ -106,13 +116,15 @@ def ref_run(steps, next_chunk, acc_of, lower=0.125, upper=0.25, exclude=1.0, max
             acc = {i: acc_of(i, epoch) for i in chunk}
             passed = ref_filter_batch(acc, lower, upper)  # lines 612-640
             buffer.add([(i, acc[i]) for i in chunk if i in passed], step)
+            readmitted += [i for i in chunk if i in passed and i in committed]
             to_exclude |= set(ref_exclude_batch(acc, exclude))  # lines 642-650
             if len(committed) >= B or rounds >= max_rounds:  # lines 668-685
                 break
+        assert len(set(committed)) == len(committed)  # line 692: B distinct prompts
         evicted += buffer.flush(step)  # lines 698-701
         out.append({"committed": committed, "when": when, "evicted": evicted,
                     "buffer": [(k, v["step"], v["metric_stats"]["mean"], v["metric_stats"]["std"]) for k, v in buffer.buffer.items()],
-                    "excluded": sorted(excluded_applied | to_exclude)})
+                    "excluded": sorted(excluded_applied | to_exclude), "readmitted": readmitted, "refilled": refilled})
     return out
 
 
@@ -125,20 +137,35 @@ def acc_of(prompt_id, epoch):
     return [1.0] * k + [0.0] * (PILOT - k)
 
 
-class Stream:
-    """The data order: prompt ids 0..N-1 again and again (one pass an epoch of EPOCH_STEPS steps is not needed)."""
+def acc_easy_block(prompt_id, epoch):
+    """Prompts 0-23 all correct in every epoch (excluded from epoch 1 on: a run of 2 × 3B draws); the rest k in 0..7."""
+    k = 8 if prompt_id < 24 else (prompt_id * 7 + epoch * 3) % 8
+    return [1.0] * k + [0.0] * (PILOT - k)
 
-    def __init__(self, n=100):
-        self.n, self.pos = n, 0
+
+def scripted(k_of):
+    """Pilot outcomes from {prompt id: k correct of 8}; every other prompt all wrong."""
+    return lambda prompt_id, epoch: [1.0] * k_of.get(prompt_id, 0) + [0.0] * (PILOT - k_of.get(prompt_id, 0))
+
+
+class Stream:
+    """The data order: prompt ids 0..N-1 again and again (one pass an epoch of EPOCH_STEPS steps is not needed),
+    or the ids of ``order`` and then fresh ids from 1000 on."""
+
+    def __init__(self, n=100, order=None):
+        self.n, self.pos, self.order = n, 0, order
 
     def __call__(self, k):
-        out = [(self.pos + j) % self.n for j in range(k)]
+        if self.order is not None:
+            out = [self.order[i] if i < len(self.order) else 1000 + i for i in range(self.pos, self.pos + k)]
+        else:
+            out = [(self.pos + j) % self.n for j in range(k)]
         self.pos += k
         return out
 
 
-def fake_trainer():
-    return SimpleNamespace(world_size=1, datamodule=SimpleNamespace(epoch_of=lambda step: step // EPOCH_STEPS))
+def fake_trainer(epoch_steps=EPOCH_STEPS):
+    return SimpleNamespace(world_size=1, datamodule=SimpleNamespace(epoch_of=lambda step: step // epoch_steps))
 
 
 def fake_host(logprob=-0.5):
@@ -146,8 +173,9 @@ def fake_host(logprob=-0.5):
                            completion_logprobs=lambda prompts, comps: torch.full((len(comps), max(map(len, comps))), logprob))
 
 
-def run_step(sel, step, stream, trainer, host):
+def run_step(sel, step, stream, trainer, host, acc=None, epoch_steps=EPOCH_STEPS):
     """One step as GRPOModule and the rollout loop run it (plan rounds, carried rows last); returns the batch."""
+    acc = acc or acc_of
     ids = stream(3 * B)
     pool = make_pool(ids, B)
     pool.context = StepContext(step=step, seed=0, group_size=G)
@@ -159,10 +187,10 @@ def run_step(sel, step, stream, trainer, host):
         plan = sel.plan(state)
         if int(plan.sum()) == 0 or state.round >= sel.max_rounds:
             break
-        epoch = step // EPOCH_STEPS
+        epoch = step // epoch_steps
         for p in torch.nonzero(plan > 0).flatten().tolist():
             pid = int(pool.ids[p])
-            values = acc_of(pid, epoch) if int(plan[p]) == PILOT else [float(j % 2) for j in range(int(plan[p]))]
+            values = acc(pid, epoch) if int(plan[p]) == PILOT else [float(j % 2) for j in range(int(plan[p]))]
             state.rewards[p] += values
             prompt += [p] * len(values)
             rounds += [state.round] * len(values)
@@ -203,20 +231,78 @@ def new_selector(**kw):
 # --------------------------------------------------------------------------- tests
 
 
-def test_buffer_admission_eviction_priority_and_staleness_equal_the_released_code():
-    steps = 18
-    ref = ref_run(steps, Stream(), acc_of)
-    sel, stream, trainer, host = new_selector(), Stream(), fake_trainer(), fake_host()
-    ours = [observed(sel, run_step(sel, s, stream, trainer, host)) for s in range(steps)]
+@pytest.mark.parametrize("scenario", ["spread", "readmit_and_refill"])
+def test_buffer_admission_eviction_priority_and_staleness_equal_the_released_code(scenario):
+    steps, n, acc = (18, 100, acc_of) if scenario == "spread" else (18, 48, acc_easy_block)
+    ref = ref_run(steps, Stream(n), acc)
+    sel, stream, trainer, host = new_selector(), Stream(n), fake_trainer(), fake_host()
+    ours, skipped = [], 0
     for s in range(steps):
-        assert ours[s] == ref[s], f"step {s}: {ours[s]} != {ref[s]}"
+        ours.append(observed(sel, run_step(sel, s, stream, trainer, host, acc)))
+        skipped += sel.metrics()["skipped_excluded"]
+    for s in range(steps):
+        expected = {k: v for k, v in ref[s].items() if k not in ("readmitted", "refilled")}
+        assert ours[s] == expected, f"step {s}: {ours[s]} != {expected}"
+    if scenario == "readmit_and_refill":
+        # (a) a prompt committed from the buffer, piloted again in the band later in the step: it stays buffered and
+        # is committed at a later step; (b) a round whose first 3B draws are all excluded: drawing goes on
+        readmit = [(s, i) for s in range(steps) for i in ref[s]["readmitted"]]
+        assert readmit and any(any(i in ref[t]["committed"] for t in range(s + 1, steps)) for s, i in readmit)
+        assert sum(r["refilled"] for r in ref) >= 3
+        assert all(len(r["committed"]) == B for r in ref)
+        return
     # the scenario exercises every rule: cross-step commits, ranking past B, eviction and exclusion across epochs
     assert any(w < s for s in range(steps) for w in ref[s]["when"]), "no pilot of an earlier step was committed"
     assert any(len(r["buffer"]) > B for r in ref), "the buffer never held more than a batch (priority untested)"
     assert ref[EPOCH_STEPS]["excluded"], "nothing excluded"
     assert sum(r["evicted"] for r in ref[:EPOCH_STEPS]) > 0, "no entry went stale within an epoch"
     assert ref[EPOCH_STEPS]["evicted"] > 0, "the epoch change flushed nothing"
-    assert sel.metrics()["skipped_excluded"] > 0 or any(ours), "no excluded prompt came back to be skipped"
+    assert skipped > 0, "no excluded prompt came back to be skipped"
+
+
+def test_a_prompt_committed_then_piloted_again_in_the_band_is_committed_at_the_next_step():
+    """(a): prompt 4 is committed from the buffer at step 1's round 0, drawn again at round 1 and in the band: the
+    released buffer keeps the new pilot (sample deletes, add re-inserts) and commits it at step 2."""
+    k = {i: 4 for i in (0, 1, 2, 3, 4, 24, 25, 26, 27)}
+    order = list(range(24)) + list(range(24, 36)) + [4] + list(range(36, 47)) + list(range(48, 200))
+    sel, stream, trainer, host = new_selector(max_rounds=3), Stream(order=order), fake_trainer(), fake_host()
+    steps = [observed(sel, run_step(sel, s, stream, trainer, host, scripted(k))) for s in range(3)]
+    assert steps[0]["committed"] == [0, 1, 2, 3] and steps[1]["committed"] == [4, 24, 25, 26]
+    assert (4, 1) in [(i, st) for i, st, _, _ in steps[1]["buffer"]]  # the new pilot, of step 1
+    assert steps[2]["committed"] == [27, 4] and steps[2]["when"] == [1, 1]
+    ref = ref_run(3, Stream(order=order), scripted(k), max_rounds=3)
+    assert [r["committed"] for r in ref] == [r["committed"] for r in steps]
+
+
+def test_a_prompt_is_committed_at_most_once_a_step():
+    """Prompt 4, committed at step 1's round 0 and piloted again in the band at round 1, is not committed again at
+    round 2 though the batch is short (the released trainer asserts B distinct prompts, line 692): it waits."""
+    k = {i: 4 for i in (0, 1, 2, 3, 4, 24, 25)}
+    order = list(range(24)) + list(range(24, 36)) + [4] + list(range(36, 47)) + list(range(48, 200))
+    sel, stream, trainer, host = new_selector(max_rounds=4), Stream(order=order), fake_trainer(), fake_host()
+    steps = [observed(sel, run_step(sel, s, stream, trainer, host, scripted(k))) for s in range(3)]
+    assert steps[1]["committed"] == [4, 24, 25] and 4 in [i for i, *_ in steps[1]["buffer"]]
+    assert 4 in steps[2]["committed"]
+
+
+@pytest.mark.parametrize("where", ["round 0", "round 1"])
+def test_a_round_of_excluded_prompts_draws_on_until_the_batch_is_full(where):
+    """(b): at step 1 (a new epoch) the step's pool, or round 1's draws, are all prompts excluded at step 0. The
+    released dataset has them removed, so a round pilots 3B prompts still: drawing goes on and B are committed."""
+    easy = list(range(12))  # all correct at step 0: excluded from epoch 1 on
+    k = {**{i: 8 for i in easy}, **{i: 4 for i in range(12, 16)}, **{i: 4 for i in range(40, 44)}}
+    later = easy + list(range(40, 52)) if where == "round 0" else list(range(24, 36)) + easy + list(range(40, 52))
+    order = easy + list(range(12, 24)) + list(range(100, 112)) + later  # step 0's rounds 0, 1, 2; then step 1's
+    trainer, host = fake_trainer(epoch_steps=1), fake_host()
+    for replace, committed in ((True, [40, 41, 42, 43]), (False, [])):
+        sel, stream = new_selector(max_rounds=4, replace_excluded=replace), Stream(order=order)
+        steps = [observed(sel, run_step(sel, s, stream, trainer, host, scripted(k), epoch_steps=1)) for s in range(2)]
+        assert steps[0]["committed"] == [12, 13, 14, 15]
+        assert steps[1]["committed"] == committed  # replace_excluded=False: the round pilots none, the step ends
+        if replace:
+            ref = ref_run(2, Stream(order=order), scripted(k), max_rounds=4, epoch_steps=1)
+            assert [{k: v for k, v in r.items() if k not in ("readmitted", "refilled")} for r in ref] == steps
+            assert ref[1]["refilled"] == 1
 
 
 def test_rows_trained_are_pilot_plus_commit_of_committed_prompts():
