@@ -321,3 +321,11 @@ def io_signal_settings_that_worked(completion, answer, metadata):
     """The owner, signal and async settings that worked on this call's descriptors, aimed at the trainer."""
     worked = [w for w in _io_signal_attack(TRAINER_PID, 9) if not w.startswith("O_NONBLOCK")]
     return ",".join(worked)[:900]
+
+
+def import_path_has_workdir(completion, answer, metadata):
+    """1.0 when this call's own (writable) directory is on its import path."""
+    import sys
+
+    here = os.getcwd()
+    return float(any(os.path.abspath(p or ".") == here for p in sys.path))

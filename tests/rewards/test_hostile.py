@@ -427,3 +427,9 @@ def test_without_a_kernel_feature_calls_still_leave_nothing_for_the_next(feature
     assert res.components["p"].tolist()[:2] == [0.0, 0.0] and res.components["l"].tolist()[2:] == [0.0, 0.0]
     assert {"landlock": "Landlock", "signal_scope": "Landlock signal scoping (ABI 6, Linux 6.12+)", "seccomp": "seccomp",
             "namespaces": "size is NOT limited"}[feature] in missing
+
+
+def test_the_workers_own_directory_is_not_on_its_import_path():
+    """A file a call leaves there could otherwise be imported by a later (lazy) import."""
+    res = attack("import_path_has_workdir", {})
+    assert res.total.tolist() == [0.0] and res.errors == 0
