@@ -22,8 +22,11 @@ confinement. What it enforces, best effort and reported, never assumed:
   ``exec``, no new sockets, no ``io_uring``, no ``ptrace``, no
   ``unshare``/``setns``; every call that takes a process id (``prlimit``,
   ``setpriority``, ``sched_setaffinity``, signals, pidfds, ...) acts on the
-  worker itself only; no memfd, System V or POSIX IPC, keyrings or BPF (memory
-  outside the address-space limit, or objects that outlive the worker);
+  worker itself only; no descriptor owner or I/O signal (``fcntl`` ``F_SETOWN``,
+  ``F_SETSIG``, ``O_ASYNC``, their ``ioctl`` forms: the kernel would signal the
+  named process with the worker's rights, SIGKILL included); no memfd, System V
+  or POSIX IPC, keyrings or BPF (memory outside the address-space limit, or
+  objects that outlive the worker);
 * the parent-death signal (SIGKILL when the trainer dies), set before the filter,
   which refuses to change it (``die_with_parent``);
 * a new network namespace (no interfaces) when root.
