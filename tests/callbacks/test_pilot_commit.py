@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,7 +17,7 @@ import torch
 
 from lit_rlvr.accounting import step_metrics
 from lit_rlvr.callbacks import PilotCommit
-from lit_rlvr.callbacks.pilot_buffer import PilotBuffer
+from lit_rlvr.callbacks.pilot_buffer import BufferEntry, PilotBuffer
 from lit_rlvr.types import Completion, RolloutBatch, RolloutState, StepContext
 from tests.callbacks.fixtures import make_pool
 
@@ -305,6 +306,28 @@ def test_a_round_of_excluded_prompts_draws_on_until_the_batch_is_full(where):
             assert ref[1]["refilled"] == 1
 
 
+def test_random_buffer_sampling_is_uniform_and_seeded_and_takes_all_when_few():
+    """``buffer_sampling: random`` (the released 4B script): ``random.sample`` of the available when more than needed
+    (replay_buffer.py line 138), here from a generator seeded per step, rank and round, so a resume draws the same."""
+    buf = PilotBuffer()
+    for i in range(6):
+        buf.add(BufferEntry(prompt_id=i, step=0, epoch=0, mean=0.5, std=0.1 * i, count=8))
+    assert buf.select(6, method="random", generator=torch.Generator().manual_seed(0)) == list(range(6))
+    counts = Counter()
+    for seed in range(600):
+        counts.update(buf.select(2, method="random", generator=torch.Generator().manual_seed(seed)))
+    assert all(150 < counts[i] < 250 for i in range(6)), counts  # each a third of the time, whatever its std
+    assert buf.select(2) == [5, 4]  # max_variance
+    runs = {}
+    for name, kw in (("variance", {}), ("random", {"buffer_sampling": "random"}), ("random again", {"buffer_sampling": "random"})):
+        sel, stream, trainer, host = new_selector(**kw), Stream(), fake_trainer(), fake_host()
+        runs[name] = [observed(sel, run_step(sel, s, stream, trainer, host)) for s in range(10)]
+    assert runs["random"] == runs["random again"] != runs["variance"]
+    assert all(len(r["committed"]) == B for r in runs["random"])
+    with pytest.raises(ValueError, match="buffer_sampling"):
+        PilotCommit(buffer_sampling="best")
+
+
 def test_rows_trained_are_pilot_plus_commit_of_committed_prompts():
     sel, stream, trainer, host = new_selector(), Stream(), fake_trainer(), fake_host()
     for s in range(3):
@@ -350,15 +373,16 @@ def test_importance_weights_equal_a_plain_reference_and_are_off_by_default():
         assert torch.allclose(weights[r], torch.tensor(expected, dtype=torch.float32)), r
 
 
-def test_state_round_trips_strictly_and_safely_and_resumes_the_same_decisions(tmp_path):
+@pytest.mark.parametrize("sampling", ["max_variance", "random"])
+def test_state_round_trips_strictly_and_safely_and_resumes_the_same_decisions(tmp_path, sampling):
     trainer, host = fake_trainer(), fake_host()
-    a, stream = new_selector(), Stream()
+    a, stream = new_selector(buffer_sampling=sampling), Stream()
     for s in range(3):
         run_step(a, s, stream, trainer, host)
     state = a.state_dict()
     assert set(state) == {"buffer", "totals"} and state["buffer"]["entries"]
     torch.save(state, tmp_path / "s.pt")
-    b = new_selector()
+    b = new_selector(buffer_sampling=sampling)
     b.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))  # what a checkpoint load allows
     stream_b = Stream()
     stream_b.pos = stream.pos
