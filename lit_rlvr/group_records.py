@@ -12,7 +12,8 @@ CSVLogger's version folder; else ``trainer.log_dir``) with the columns of ``COLU
 * ``reward_min``, ``reward_max``: the group's total rewards; zero-variance is
   ``is_zero_variance(reward_max - reward_min)``, the rule the advantages use.
 
-Some 20 to 30 bytes a group. The recorder changes nothing: it only
+Beside it, ``data.json`` keeps the data module's prompt batch and training prompts
+(``lit_rlvr.advice``). Some 20 to 30 bytes a group. The recorder changes nothing: it only
 reads the scored batch, has no state (nothing in checkpoints) and no metrics. A resumed fit
 appends to its run's file; ``read_groups`` keeps the later rows of a step written twice.
 With several ranks every rank's groups are gathered (``gather_rows``) and rank 0 writes.
@@ -76,6 +77,13 @@ class GroupRecorder(ResumableRowWriter, SelectionCallback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         return None
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Write the data's prompt batch and training prompts beside the rows (``lit_rlvr.advice.FACTS_FILE``)."""
+        if getattr(trainer, "is_global_zero", True):
+            from lit_rlvr.advice import write_facts
+
+            write_facts(self.resolve_path(trainer).parent, getattr(trainer, "datamodule", None))
 
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
         step = int(getattr(pl_module, "steps_done", 0))

@@ -16,7 +16,9 @@ groups generated, E / f. As multiples of this run's rollouts to its final accura
 f' for pre-selection is what skipping every prompt that was zero-variance at its previous visit
 would leave (from the run's groups.csv; ``history_f``), and 1 (a perfect selector) as a bound.
 The interval of each prediction comes from the noise scale's 95% interval (jackknife over steps);
-the model's own error is not in it: the benchmarks check it (docs/noise_scale.md).
+where that standard error is unavailable the interval is unknown (NaN), never a point. The model's own
+error is not in it: the benchmarks check it (docs/noise_scale.md). The run's one verdict is built from
+these predictions in ``lit_rlvr.advice``.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from typing import Optional, Sequence
 
 from lit_rlvr.update.noise_scale import run_noise_scale
 
-__all__ = ["LeverPrediction", "RunNoise", "lever_lines", "lever_predictions", "lever_verdict", "lever_page_section", "run_noise", "smaller_batch",
-           "refill", "preselect"]
+__all__ = ["LeverPrediction", "RunNoise", "critical_batch_line", "lever_predictions", "lever_page_section", "run_noise",
+           "smaller_batch", "refill", "preselect", "unmeasured_reason"]
 
 Z95 = 1.96
 
@@ -68,9 +70,11 @@ class RunNoise:
         return self.informative_per_step / self.b_noise if self.b_noise > 0 else math.nan
 
     def x_range(self) -> tuple[float, float]:
-        """x at the upper and the lower end of B_noise's 95% interval."""
-        hi_b = self.b_noise + Z95 * self.b_noise_se if math.isfinite(self.b_noise_se) else self.b_noise
-        lo_b = self.b_noise - Z95 * self.b_noise_se if math.isfinite(self.b_noise_se) else self.b_noise
+        """x at the upper and the lower end of B_noise's 95% interval; NaN, NaN when its error is unavailable."""
+        if not math.isfinite(self.b_noise_se):
+            return math.nan, math.nan
+        hi_b = self.b_noise + Z95 * self.b_noise_se
+        lo_b = self.b_noise - Z95 * self.b_noise_se
         lo_x = self.informative_per_step / hi_b
         hi_x = self.informative_per_step / lo_b if lo_b > 0 else math.inf
         return lo_x, hi_x
@@ -109,6 +113,8 @@ class LeverPrediction:
     ratio: float
     low: float
     high: float
+    kind: str = ""
+    """``half``, ``quarter``, ``refill``, ``history`` (levers a run can take) or ``bound`` (perfect pre-selection)."""
 
     @property
     def call(self) -> str:
@@ -121,8 +127,12 @@ class LeverPrediction:
             return "does not pay"
         return "undecided"
 
+    def interval(self) -> str:
+        """``[0.62-0.88]``, or ``[interval n/a]`` when it could not be computed (never a point)."""
+        return f"[{self.low:.2f}-{self.high:.2f}]" if math.isfinite(self.low) and math.isfinite(self.high) else "[interval n/a]"
+
     def describe(self) -> str:
-        return f"{self.lever} {self.ratio:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+        return f"{self.lever} {self.ratio:.2f}x {self.interval()}"
 
 
 def lever_predictions(noise: RunNoise, history_f: Optional[float] = None) -> list[LeverPrediction]:
@@ -131,34 +141,24 @@ def lever_predictions(noise: RunNoise, history_f: Optional[float] = None) -> lis
     lo_x, hi_x = noise.x_range()
     out: list[LeverPrediction] = []
 
-    def add(name: str, fn) -> None:
+    def add(name: str, kind: str, fn) -> None:
+        if math.isnan(lo_x) or math.isnan(hi_x):  # B_noise's error unavailable: no interval
+            out.append(LeverPrediction(name, fn(x), math.nan, math.nan, kind))
+            return
         ends = sorted(fn(v) for v in (lo_x, hi_x) if math.isfinite(v))
         if math.isinf(hi_x):
             ends.append(fn(1e12))
             ends.sort()
-        out.append(LeverPrediction(name, fn(x), ends[0] if ends else math.nan, ends[-1] if ends else math.nan))
+        out.append(LeverPrediction(name, fn(x), ends[0], ends[-1], kind))
 
-    add("GRPO at half the prompt batch", lambda v: smaller_batch(v, 2))
-    add("GRPO at a quarter of the prompt batch", lambda v: smaller_batch(v, 4))
+    add("GRPO at half the prompt batch", "half", lambda v: smaller_batch(v, 2))
+    add("GRPO at a quarter of the prompt batch", "quarter", lambda v: smaller_batch(v, 4))
     if f < 1.0:
-        add("refill to B informative groups", lambda v: refill(v, f))
+        add("refill to B informative groups", "refill", lambda v: refill(v, f))
         if history_f is not None and math.isfinite(history_f) and history_f > f:
-            add(f"history-based skipping (f {f:.2f} -> {history_f:.2f})", lambda v: preselect(v, f, history_f))
-        add(f"perfect pre-selection (f {f:.2f} -> 1)", lambda v: preselect(v, f, 1.0))
+            add(f"history-based skipping (f {f:.2f} -> {history_f:.2f})", "history", lambda v: preselect(v, f, history_f))
+        add(f"perfect pre-selection (f {f:.2f} -> 1)", "bound", lambda v: preselect(v, f, 1.0))
     return out
-
-
-def lever_verdict(preds: Sequence[LeverPrediction]) -> str:
-    """Names the lever with the best prediction among those predicted to pay, or says none is / it is undecided."""
-    paying = [p for p in preds if p.call == "pays"]
-    if paying:
-        best = min(paying, key=lambda p: p.ratio)
-        return f"{best.lever} is predicted to pay most: {best.ratio:.2f}x this run's rollouts [{best.low:.2f}-{best.high:.2f}]."
-    undecided = [p for p in preds if p.call == "undecided"]
-    if undecided:
-        names = ", ".join(p.lever for p in undecided)
-        return f"Undecided: the noise scale's interval puts {names} on both sides of 1.0; no lever is predicted to pay for sure."
-    return "No lever is predicted to pay: every one would need more rollouts than this run to reach its accuracy."
 
 
 def _batches_note(noise: RunNoise) -> str:
@@ -173,42 +173,36 @@ def _num(x: float) -> str:
     return f"{x:.1f}" if math.isfinite(x) else "n/a"
 
 
-def lever_lines(noise: Optional[RunNoise], history_f: Optional[float] = None) -> list[str]:
-    """The end-of-fit summary's lines on the critical batch and the levers (none without noise-scale metrics)."""
-    if noise is None:
-        return []
-    if not math.isfinite(noise.b_noise):
-        why = ("no step trained on 2 or more informative groups" if noise.steps < 2 else
-               f"the gradient signal |G|^2 summed to <= 0 over {noise.steps} steps (noise dominates: far below the critical batch)")
-        return [f"  critical batch        not measured: {why}"]
-    se = f" +- {noise.b_noise_se:.1f}" if math.isfinite(noise.b_noise_se) else ""
-    preds = lever_predictions(noise, history_f)
-    return [
-        f"  critical batch        B_noise {noise.b_noise:.1f}{se} informative groups ({_num(noise.b_noise_all)} in all groups, "
-        f"{_num(noise.b_noise_adam)} Adam-preconditioned) over {noise.steps} steps; this run trained on "
-        f"{noise.informative_per_step:.1f} informative groups per step (f = {noise.share:.2f}): x = {noise.x:.2f}"
-        + _batches_note(noise),
-        "  levers (predicted)    " + "; ".join(p.describe() for p in preds),
-        f"  lever verdict         {lever_verdict(preds)}",
-    ]
+def unmeasured_reason(noise: RunNoise) -> str:
+    """Why B_noise is not a number."""
+    return ("no step trained on 2 or more informative groups" if noise.steps < 2 else
+            f"the gradient signal |G|^2 summed to <= 0 over {noise.steps} steps (noise dominates: far below the critical batch)")
 
 
-def lever_page_section(rows: Sequence[dict[str, float]], history_f: Optional[float] = None) -> list[str]:
-    """The selection report page's section on the critical batch and each lever's predicted saving (``lit_rlvr.levers``)."""
-    noise = run_noise(rows)
-    head = ["## Which lever pays: the critical-batch model", ""]
+def critical_batch_line(noise: RunNoise) -> str:
+    """The summary's one line on the critical batch (B_noise, its error, x)."""
+    se = f" +- {noise.b_noise_se:.1f}" if math.isfinite(noise.b_noise_se) else " (standard error n/a)"
+    return (f"B_noise {noise.b_noise:.1f}{se} informative groups over {noise.steps} steps; this run trained on "
+            f"{noise.informative_per_step:.1f} per step (f = {noise.share:.2f}): x = {noise.x:.2f}" + _batches_note(noise))
+
+
+def lever_page_section(noise: Optional[RunNoise], history_f: Optional[float] = None) -> list[str]:
+    """The report page's section on the critical batch and each lever's predicted saving (the table behind the verdict)."""
+    head = ["## Each lever: the critical-batch model", ""]
     if noise is None:
         return head + ["n/a: this run's metrics have no noise-scale columns (model.noise_scale.enabled was off).", ""]
     if not math.isfinite(noise.b_noise):
-        return head + [f"Not measured: the gradient signal |G|^2 did not sum above 0 over {noise.steps} steps with 2+ "
-                       "informative groups (noise dominates: the batch is far below the critical batch).", ""]
+        return head + [f"Not measured: {unmeasured_reason(noise)}.", ""]
     preds = lever_predictions(noise, history_f)
+    se = (f"+- {noise.b_noise_se:.2f}" if math.isfinite(noise.b_noise_se) else
+          "(its jackknife standard error could not be computed: a step's leave-one-out |G|^2 was <= 0, so every interval is n/a)")
     lines = head + [
-        f"B_noise = {noise.b_noise:.2f} +- {noise.b_noise_se:.2f} informative groups (jackknife over {noise.steps} steps; "
-        f"{noise.b_noise_all:.2f} in all groups; {noise.b_noise_adam:.2f} Adam-preconditioned). This run trained on "
-        f"{noise.informative_per_step:.2f} informative groups per step, f = {noise.share:.3f}: x = {noise.x:.3f}.", "",
+        f"B_noise = {noise.b_noise:.2f} {se} informative groups (jackknife over {noise.steps} steps; "
+        f"{_num(noise.b_noise_all)} in all groups; {_num(noise.b_noise_adam)} Adam-preconditioned). This run trained on "
+        f"{noise.informative_per_step:.2f} informative groups per step, f = {noise.share:.3f}: x = {noise.x:.3f}"
+        + _batches_note(noise) + ".", "",
         "| lever | predicted rollouts to this run's accuracy, x this run's | 95% interval | call |", "|---|---:|---:|---|",
     ]
-    lines += [f"| {p.lever} | {p.ratio:.2f} | {p.low:.2f}-{p.high:.2f} | {p.call} |" for p in preds]
-    return lines + ["", f"**Verdict.** {lever_verdict(preds)}", "",
-                    "Formulas and what the interval leaves out: docs/noise_scale.md in the lit-rlvr repository.", ""]
+    lines += [f"| {p.lever} | {p.ratio:.2f} | {p.interval().strip('[]')} | {'a bound, no method' if p.kind == 'bound' else p.call} |"
+              for p in preds]
+    return lines + ["", "Formulas and what the interval leaves out: docs/noise_scale.md in the lit-rlvr repository.", ""]

@@ -1,8 +1,7 @@
 """Would selection pay on this data? A report from any run's own records (``groups.csv``, ``metrics.csv``).
 
 ``lit-rlvr report <run folder>`` writes ``selection_report.md`` and ``selection_report.png`` into
-the run's version folder; the end-of-fit summary prints the same numbers in three lines
-(``summary_lines``). From the groups ``GroupRecorder`` kept (``lit_rlvr.group_records``):
+the run's version folder; the end-of-fit summary prints its advice lines (``end_of_fit_lines``). From the groups ``GroupRecorder`` kept (``lit_rlvr.group_records``):
 
 - the share of rollouts spent on zero-variance groups, all right and all wrong, per epoch;
 - the share spent on prompts that were zero-variance at their previous visit (what a
@@ -14,7 +13,11 @@ the run's version folder; the end-of-fit summary prints the same numbers in thre
   *effective* rollouts. Approximation for a plain GRPO run: zero-variance groups have zero
   advantage, so an oracle that never generated them would have made the same updates up to
   the loss normaliser (zero-advantage rows count in a token-mean's denominator) and the KL term;
-- one sentence naming the family of methods likely to help (``verdict``).
+- on top, the run's one piece of advice (``lit_rlvr.advice``), the lines the summary prints.
+
+``verdict``, the older rule that named a family from the shares alone, is printed nowhere: it
+disagreed with the levers' advice, and the benchmarks measured it wrong wherever it named a family
+(docs/selection_report.md); ``benchmarks/report_vs_measured.py`` still scores it.
 
 Shares are of the rollouts in the records (the scored rollouts of each group; rollouts pruned
 during generation are not in them). A group is zero-variance by ``is_zero_variance`` of its
@@ -37,7 +40,7 @@ from lit_rlvr.report_figure import plot_report
 __all__ = [
     "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "MEASURED_CAVEAT", "EpochShares",
     "OracleRatio", "SelectionStats", "main", "oracle_ratio", "read_selection_records", "selection_stats",
-    "summary_lines", "verdict", "write_report",
+    "end_of_fit_lines", "history_judgement", "verdict", "write_report",
 ]
 
 MIN_ZERO_VARIANCE_SHARE = 0.10
@@ -351,33 +354,25 @@ def _p(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.2f}"
 
 
-def summary_lines(s: SelectionStats, oracle: Optional[OracleRatio], where: Optional[str] = None) -> list[str]:
-    """The three lines of the end-of-fit summary."""
-    odesc = oracle.describe() if oracle else "hindsight oracle: n/a (no cumulative rollout counts logged)"
-    return [
-        f"  zero-variance groups  {s.zero_variance:.0%} of {s.rollouts} rollouts ({s.all_right:.0%} all right, "
-        f"{s.all_wrong:.0%} all wrong); {s.after_zero_variance:.0%} on prompts zero-variance at their previous visit",
-        f"  persistence           P(zero-var before | now) {_p(s.p_before_given_now)}, P(now | before) "
-        f"{_p(s.p_now_given_before)} over {s.revisits} revisits; {odesc}",
-        f"  selection             {verdict(s)}" + (f" (page: lit-rlvr report {where})" if where else ""),
-    ]
+def history_judgement(s: SelectionStats) -> tuple[Optional[float], Optional[str]]:
+    """(f' of history-based skipping, None) once enough prompts were revisited, else (None, why it is not judged)."""
+    if s.revisits < MIN_REVISITS:
+        return None, f"only {s.revisits} groups revisited a prompt (it needs {MIN_REVISITS}; {more_steps_hint(s)})"
+    if s.zero_variance_before == 0:
+        return None, "no revisit followed a zero-variance visit"
+    return s.history_share, None
 
 
 def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
-    """``summary_lines`` for a finished fit, from its ``GroupRecorder``'s file, then the critical batch and the
-    levers (``lit_rlvr.levers``) from its metrics."""
+    """The summary's lines on the rollouts, the critical batch and the advice (``lit_rlvr.advice.advice_block``) from
+    this fit's files: its ``GroupRecorder``'s ``groups.csv`` and the metrics; ``lit-rlvr report`` prints the same."""
+    from lit_rlvr.advice import advice_block
     from lit_rlvr.console import show_path
-    from lit_rlvr.levers import lever_lines, run_noise
 
     recorder = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, GroupRecorder)), None)
     path = recorder.resolve_path(trainer) if recorder is not None else None
-    noise = run_noise(rows) if rows else None
-    if path is None or not path.is_file():
-        return lever_lines(noise)
-    stats = selection_stats(read_groups(path))
-    num_train = getattr(getattr(trainer, "datamodule", None), "num_train", None)
-    stats.num_train = num_train if isinstance(num_train, int) else None
-    return summary_lines(stats, oracle_ratio(rows) if rows else None, show_path(path.parent)) + lever_lines(noise, stats.history_share)
+    found = path is not None and path.is_file()
+    return advice_block(rows, path if found else None, show_path(path.parent) if found else None)
 
 
 # ------------------------------------------------------------------ the page and the plot
@@ -395,13 +390,22 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     groups = folder / FILE_NAME
     if not groups.is_file():
         raise FileNotFoundError(f"no {FILE_NAME} in {folder}: runs of lit-rlvr fit keep it there (GroupRecorder)")
-    from lit_rlvr.levers import lever_page_section
+    from lit_rlvr.advice import advice_block, read_facts
+    from lit_rlvr.levers import lever_page_section, run_noise
 
     rows = read_run(metrics)
     s, oracle = selection_stats(read_groups(groups)), oracle_ratio(rows)
+    s.num_train = read_facts(folder).num_train
     png = plot_report(s.epochs, _curves(rows), folder / REPORT_PNG)
     lines = [
-        f"# Selection report: {folder}", "",
+        f"# Selection report: {folder}", "", "## Advice (the same lines as the end-of-fit summary)", "", "```",
+        *(line.strip() for line in advice_block(rows, groups)), "```", "",
+        "The advice names the lever predicted to need the fewest rollouts among those whose whole 95% interval is "
+        "below 1.0, with the setting that runs it; \"keep this setting\" when every interval is above 1.0; "
+        "\"undecided\" otherwise. Bounds are context. The interval leaves out the critical-batch model's own error: "
+        "on this project's benchmarks a smaller prompt batch paid more than the model predicted and pre-selection "
+        "did not pay where it predicted a saving (docs/benchmarks.md, \"The critical-batch model against the grids\").", "",
+        "## Where the rollouts went", "",
         f"{s.rollouts} rollouts in {s.groups} groups over {len(s.epochs)} epoch(s). "
         "Shares are of each epoch's rollouts.", "",
         "| epoch | rollouts | groups | zero-variance, all right | zero-variance, all wrong | "
@@ -428,10 +432,7 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
         "with reward variance): an oracle that never generated zero-variance groups makes the same updates, since "
         "those groups have zero advantage, up to the loss normaliser (their rows count in a token-mean's "
         "denominator) and the KL term.", "",
-        *lever_page_section(rows, s.history_share),
-        "## Shares-based verdict (context)", "", verdict(s), "",
-        f"Thresholds (lit_rlvr.selection_report): MIN_ZERO_VARIANCE_SHARE = {MIN_ZERO_VARIANCE_SHARE}, "
-        f"MIN_VARIANCE_SHARE = {MIN_VARIANCE_SHARE}, PERSISTENCE = {PERSISTENCE}, MIN_REVISITS = {MIN_REVISITS}.", "",
+        *lever_page_section(run_noise(rows), history_judgement(s)[0]),
         f"![shares per epoch and accuracy against rollouts]({REPORT_PNG})", "",
     ]
     md = folder / REPORT_MD
@@ -467,8 +468,6 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"lit-rlvr report: {e}") from None
     print(f"wrote {md}\nwrote {png}")
-    from lit_rlvr.levers import lever_lines, run_noise
+    from lit_rlvr.advice import advice_block
 
-    stats = selection_stats(read_groups(md.parent / FILE_NAME))
-    print("\n".join(lever_lines(run_noise(read_run(md.parent / "metrics.csv")), stats.history_share)))
-    print(f"  shares (context)      {verdict(stats)}")
+    print("\n".join(advice_block(read_run(md.parent / "metrics.csv"), md.parent / FILE_NAME)))

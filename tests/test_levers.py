@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from lit_rlvr.levers import LeverPrediction, RunNoise, lever_lines, lever_predictions, lever_verdict, preselect, refill, run_noise, smaller_batch
+from lit_rlvr.levers import (LeverPrediction, RunNoise, critical_batch_line, lever_page_section, lever_predictions, preselect,
+                             refill, run_noise, smaller_batch)
 
 
 def test_the_formulas_by_hand():
@@ -33,12 +34,15 @@ def test_predictions_carry_the_noise_scale_interval():
     assert "history-based skipping" in preds and "perfect pre-selection" in preds
 
 
-def test_the_verdict_names_the_best_paying_lever_or_says_undecided():
-    pays = [LeverPrediction("a", 0.9, 0.85, 0.95), LeverPrediction("b", 0.8, 0.7, 0.9), LeverPrediction("c", 1.2, 1.1, 1.3)]
-    assert lever_verdict(pays).startswith("b is predicted to pay most: 0.80x")
-    assert lever_verdict([LeverPrediction("a", 0.95, 0.8, 1.1), LeverPrediction("c", 1.2, 1.1, 1.3)]).startswith("Undecided")
-    assert lever_verdict([LeverPrediction("c", 1.2, 1.1, 1.3)]).startswith("No lever is predicted to pay")
+def test_each_predictions_call_and_an_unknown_interval_is_never_a_point():
+    assert [LeverPrediction("a", 0.9, lo, hi).call for lo, hi in [(0.85, 0.95), (0.95, 1.1), (1.1, 1.3)]] == [
+        "pays", "undecided", "does not pay"]
     assert LeverPrediction("a", 0.9, math.nan, math.nan).call == "undecided"
+    # B_noise's standard error unavailable (before: [0.88-0.88] and "pays"): every interval n/a, every call undecided
+    preds = lever_predictions(_noise(se=math.nan), history_f=0.6)
+    assert all(math.isnan(p.low) and p.call == "undecided" and "[interval n/a]" in p.describe() for p in preds)
+    page = "\n".join(lever_page_section(_noise(se=math.nan), 0.6))
+    assert "nan" not in page and "pays" not in page and "standard error could not be computed" in page
 
 
 def test_run_noise_from_metrics_rows_and_the_summary_lines():
@@ -51,12 +55,12 @@ def test_run_noise_from_metrics_rows_and_the_summary_lines():
     noise = run_noise(rows)
     assert noise.b_noise == pytest.approx(150 / 7.5) and noise.share == 0.5 and noise.informative_per_step == 4.0
     assert noise.x == pytest.approx(4.0 / 20.0)
-    lines = lever_lines(noise, history_f=0.7)
-    assert lines[0].startswith("  critical batch        B_noise 20.0") and "x = 0.20" in lines[0]
-    assert "GRPO at half the prompt batch" in lines[1] and lines[2].startswith("  lever verdict")
-    assert run_noise([{"step": 0, "val/pass@1": 0.1}]) is None and lever_lines(None) == []
-    unmeasured = lever_lines(run_noise(rows[:1]))
-    assert len(unmeasured) == 1 and "no step trained on 2 or more informative groups" in unmeasured[0]
+    line = critical_batch_line(noise)
+    assert line.startswith("B_noise 20.0") and "x = 0.20" in line
+    assert "| GRPO at half the prompt batch |" in "\n".join(lever_page_section(noise, 0.7))
+    assert run_noise([{"step": 0, "val/pass@1": 0.1}]) is None and "n/a: this run's metrics" in lever_page_section(None)[2]
+    unmeasured = lever_page_section(run_noise(rows[:1]))
+    assert "no step trained on 2 or more informative groups" in unmeasured[2]
 
 
 def test_a_batch_controllers_realised_batches_set_x_at_the_batch_it_settled_on():
@@ -69,6 +73,6 @@ def test_a_batch_controllers_realised_batches_set_x_at_the_batch_it_settled_on()
     noise = run_noise(rows)
     assert noise.batches == (8.0, 8.0, 6.0, 4.0, 4.0) and noise.informative_per_step == 2.0  # the steps at 4 prompts
     assert noise.x == pytest.approx(2.0 / 20.0) and noise.share == pytest.approx(15 / 30)
-    assert "settled on (4 prompts; the controller's realised batches ranged 4-8" in lever_lines(noise)[0]
+    assert "settled on (4 prompts; the controller's realised batches ranged 4-8" in critical_batch_line(noise)
     fixed = run_noise([{**r, "batch/prompts": 8.0} for r in rows])  # one batch throughout: the mean, as without it
     assert fixed.batches == () and fixed.informative_per_step == pytest.approx(15 / 5)

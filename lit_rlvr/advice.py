@@ -1,0 +1,154 @@
+"""A run's one piece of advice: the setting to try, "keep this setting" or "undecided", with its interval.
+
+Built from the critical-batch model's predictions (``lit_rlvr.levers``), each a multiple of this run's
+rollouts to its final accuracy with the 95% interval of the run's noise scale. Only levers a user can
+run are candidates, each with the exact setting to add to the run's command:
+
+- GRPO at half / a quarter of the prompt batch: ``--data.batch_size=N``;
+- refilling every step to B informative groups: Dynamic Sampling's method config;
+- history-based skipping at this run's rollout budget: GRESO without refill's config.
+
+Perfect pre-selection (f -> 1) is a bound no method reaches: context, never the advice. The call:
+
+- **try** the setting whose whole interval is below 1.0 (the lowest prediction among such);
+- **keep this setting** when every candidate's whole interval is above 1.0;
+- **undecided** otherwise: an interval reaches 1.0, or none could be computed (no noise-scale
+  metrics, B_noise not measured, or its standard error unavailable).
+
+Under the model a smaller batch never needs more rollouts ((1 + x/k)/(1 + x) <= 1), nor does history-based
+skipping ((f/f' + x)/(1 + x) <= 1), and refill always does: the advice turns on the interval being known
+and on which saving is largest, and a smaller batch costs optimizer steps per rollout, not rollouts.
+
+The end-of-fit summary (``lit_rlvr.summary``) and ``lit-rlvr report`` print the same ``advice_block`` of
+the same files (``metrics.csv``, ``groups.csv`` and ``FACTS_FILE`` in the run's version folder), so they
+agree on every number. The interval leaves out the model's own error, checked in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from lit_rlvr.levers import (LeverPrediction, RunNoise, critical_batch_line, lever_predictions, run_noise,
+                             unmeasured_reason)
+
+__all__ = ["FACTS_FILE", "REFILL_CONFIG", "HISTORY_CONFIG", "Advice", "RunFacts", "advice_block", "read_facts",
+           "run_advice", "setting", "write_facts"]
+
+FACTS_FILE = "data.json"
+"""Beside ``groups.csv``: the data facts the advice needs and the records lack (prompt batch, training prompts)."""
+REFILL_CONFIG = "configs/methods/dynamic_sampling.yaml"
+HISTORY_CONFIG = "configs/bench/smollm2_mixed_methods/greso+skip.yaml"
+
+
+@dataclass
+class RunFacts:
+    """The run's prompt batch B and its number of training prompts, where the data module said."""
+
+    batch_size: Optional[int] = None
+    num_train: Optional[int] = None
+
+
+def write_facts(folder: str | Path, datamodule: Any) -> None:
+    """Write ``FACTS_FILE`` into ``folder`` from the data module's ``batch_size`` and ``num_train`` (those it has)."""
+    facts = {}
+    for key in ("batch_size", "num_train"):
+        try:
+            value = getattr(datamodule, key, None)
+        except Exception:  # a data module that cannot count its prompts yet
+            value = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            facts[key] = value
+    if facts:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / FACTS_FILE).write_text(json.dumps(facts) + "\n", encoding="utf-8")
+
+
+def read_facts(folder: str | Path) -> RunFacts:
+    """``RunFacts`` from ``folder``'s ``FACTS_FILE``; empty when it is missing or unreadable."""
+    try:
+        data = json.loads((Path(folder) / FACTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return RunFacts()
+    return RunFacts(**{k: int(data[k]) for k in ("batch_size", "num_train") if isinstance(data.get(k), int)})
+
+
+def setting(pred: LeverPrediction, batch: Optional[float]) -> Optional[str]:
+    """The exact setting that runs ``pred``'s lever, at the prompt batch ``batch``; None for a bound or where none exists."""
+    if pred.kind in ("half", "quarter"):
+        if batch is None:
+            return None
+        new = int(round(batch / (2 if pred.kind == "half" else 4)))
+        return f"--data.batch_size={new}" if 1 <= new < batch else None
+    return {"refill": f"--config {REFILL_CONFIG}", "history": f"--config {HISTORY_CONFIG}"}.get(pred.kind)
+
+
+@dataclass
+class Advice:
+    """The verdict (``call``: try, keep or undecided), its one line, and the lines of context under it."""
+
+    call: str
+    line: str
+    context: list[str] = field(default_factory=list)
+    setting: Optional[str] = None
+
+
+def run_advice(noise: Optional[RunNoise], history_f: Optional[float] = None, facts: RunFacts = RunFacts(),
+               history_note: Optional[str] = None) -> Advice:
+    """The advice from the run's noise scale, its history-based f' and its facts (``history_note``: why f' is missing)."""
+    context = [f"history-based skipping: not judged: {history_note}"] if history_note else []
+    if noise is None:
+        return Advice("undecided", "undecided: no noise-scale metrics in this run (model.noise_scale.enabled was off), "
+                      "so no lever can be predicted", context)
+    if not math.isfinite(noise.b_noise):
+        return Advice("undecided", f"undecided: the critical batch was not measured: {unmeasured_reason(noise)}", context)
+    preds = lever_predictions(noise, history_f)
+    batch = noise.batches[-1] if noise.batches else facts.batch_size
+    runnable = [(p, setting(p, batch)) for p in preds if p.kind != "bound"]
+    runnable = [(p, s) for p, s in runnable if s is not None]
+    context += [f"bound (no method reaches it): {p.describe()}" for p in preds if p.kind == "bound"]
+    if not runnable:
+        why = "this run's prompt batch is unknown" if batch is None else f"the prompt batch ({batch:.0f}) cannot be made smaller"
+        return Advice("undecided", f"undecided: no lever to try ({why})", context)
+    paying = [(p, s) for p, s in runnable if p.call == "pays"]
+    if paying:
+        p, s = min(paying, key=lambda ps: ps[0].ratio)
+        return Advice("try", f"try {s} ({p.lever}): predicted {p.ratio:.2f}x this run's rollouts to its final "
+                      f"accuracy, 95% interval {p.interval()}", context, s)
+    p, s = min(runnable, key=lambda ps: ps[0].ratio)
+    if all(q.call == "does not pay" for q, _ in runnable):
+        return Advice("keep", f"keep this setting: every lever is predicted to need more rollouts (closest: {s}, "
+                      f"{p.lever}, {p.ratio:.2f}x {p.interval()})", context)
+    if not math.isfinite(p.low):
+        return Advice("undecided", f"undecided: B_noise's standard error could not be computed, so no lever has an "
+                      f"interval (lowest point prediction: {s}, {p.lever}, {p.ratio:.2f}x)", context)
+    return Advice("undecided", f"undecided: no lever's interval is wholly below or above 1.0 (lowest: {s}, {p.lever}, "
+                  f"{p.ratio:.2f}x {p.interval()})", context)
+
+
+def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where: Optional[str] = None) -> list[str]:
+    """The summary's lines on where the rollouts went, the critical batch and the advice, from the run's files;
+    ``lit-rlvr report`` prints the same lines. ``groups``: the run's ``groups.csv`` (None or missing: no records)."""
+    from lit_rlvr.group_records import read_groups
+    from lit_rlvr.selection_report import history_judgement, selection_stats
+
+    noise = run_noise(rows) if rows else None
+    out, history_f, note = [], None, None
+    if groups is not None and groups.is_file():
+        s = selection_stats(read_groups(groups))
+        s.num_train = read_facts(groups.parent).num_train
+        p = f"{s.p_now_given_before:.2f}" if math.isfinite(s.p_now_given_before) else "n/a"
+        out.append(f"  zero-variance groups  {s.zero_variance:.0%} of {s.rollouts} rollouts ({s.all_right:.0%} all right, "
+                   f"{s.all_wrong:.0%} all wrong); P(zero-variance now | at the previous visit) {p} over {s.revisits} revisits")
+        history_f, note = history_judgement(s)
+    if noise is not None and math.isfinite(noise.b_noise):
+        out.append(f"  critical batch        {critical_batch_line(noise)}")
+    advice = run_advice(noise, history_f, read_facts(groups.parent) if groups is not None else RunFacts(), note)
+    out.append(f"  advice                {advice.line}")
+    out += [f"                        {c}" for c in advice.context]
+    if where:
+        out.append(f"  details               lit-rlvr report {where} (each lever, the shares, the hindsight oracle)")
+    return out
