@@ -206,6 +206,13 @@ def parse_error_line(message: str, prog: str = "lit-rlvr") -> Optional[str]:
             "--print_config=comments needs the ruamel.yaml package (pip install ruamel.yaml); without it use "
             f"--print_config for the full config and '{prog} fit --help' for each option's documentation"
         )
+    missing = re.search(r"File does not exist: '([^']+)'", message)
+    if missing and _parser_key(message) == "config":
+        from lit_rlvr.data.files import nearest_file
+
+        near = nearest_file(missing.group(1))
+        hint = f": did you mean --config {near}?" if near else ""
+        return f"--config: no such file {os.path.relpath(missing.group(1))!r} (from {os.getcwd()}){hint}"
     m = re.search(r"has no attribute '(\w+)'|No module named '([\w.]+)'", message)
     given = re.search(r"Problem with given class_path '([\w.]+)'", message)
     if m and given:

@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any, Optional, Union
 
-from lit_rlvr.data.files import Row, is_json_file, read_json_rows, read_text
+from lit_rlvr.data.files import Row, check_local_file, is_json_file, read_json_rows, read_text
 from lit_rlvr.data.sources import PromptSource
 
 __all__ = ["HFDatasetSource"]
@@ -83,6 +83,8 @@ class HFDatasetSource(PromptSource):
         self.messages_field = messages_field
         self.data_files = data_files
         self.seed = int(seed)
+        check_local_file(path, "HFDatasetSource path")  # a missing local file is not a Hub dataset: no network, no retries
+        check_local_file(val_split, "HFDatasetSource val_split")
         if val_split is None and (val_size is None or val_size < 1):
             raise ValueError(
                 f"HFDatasetSource({path!r}): `val_split` is None, so `val_size` must be a positive number of "
