@@ -62,6 +62,8 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.voting": 1,
     "lit_rlvr.curves": 1,
     "lit_rlvr.seeds": 1,
+    "lit_rlvr.critical_batch": 1,  # the batch rule: pure arithmetic
+    "lit_rlvr.critical_batch.calibrate": 5,  # `lit-rlvr calibrate`: runs fits
     # 2. rollout: engines and the rollout loop (stages 2-3b).
     "lit_rlvr.rollout": 2,
     # 3. trainers: the LightningModules, the update, and what runs beside them.
@@ -77,6 +79,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr": 5,  # the package's __init__ (only a version string)
     "lit_rlvr.cli": 5,
     "lit_rlvr.runs": 5,
+    "lit_rlvr.resumes": 5,
     "lit_rlvr.config_checks": 5,
     "lit_rlvr.selection_report": 5,
     "lit_rlvr.report_figure": 5,

@@ -1,16 +1,18 @@
-"""AdaptiveBatch: the run picks its own prompt batch from its measured noise scale and costs.
+"""AdaptiveBatch: the run starts at its smallest prompt batch and grows it only on evidence.
 
-After every step the controller reads the smoothed gradient noise scale N (``noise/B_simple_informative``,
-in informative groups), the informative share f of the groups generated and its own measured costs (a fixed
-c_fixed seconds per step, c_roll per rollout), and sets the prompts of the next step so that the
-informative batch is k*·N, k* = √(c_fixed / (c_roll G N / f)) the multiple that minimises predicted seconds
-to a target (``batch_rule``; derivation in docs/adaptive_batch.md). Without a refilling allocator the
-prompts are k*·N / f; with one (Dynamic Sampling) the refill target is k*·N itself.
+The run starts at ``min_prompts``. After every step the controller reads the noise scale N (informative
+groups) and its jackknife standard error over the last ``window`` steps, and the informative share f of
+the groups generated over the same steps, all counted, and aims at the batch that reaches a target at the
+least cost by the critical-batch model: P* = √(φ N / (G f)) prompts, φ a step's fixed cost in rollouts
+(``fixed_cost_rollouts``, measured once with ``lit-rlvr calibrate``; ``batch_rule`` has the derivation). It
+grows only when even N − z·SE aims above the current batch, shrinks only when even N + z·SE aims below it,
+and otherwise holds. Nothing is timed by default, so a fit, its repeat and its resume decide the same.
+``measure_costs`` times the fit instead (opt-in: the decisions then depend on the machine's clock).
 
 What a change carries: the data module cuts the next pools at the new size from where the epoch is
 (``PromptDataModule.resize``); Adam's β₂ keeps its half-life in samples (β₂' = β₂^(B'/B₀), B₀ and β₂ the
-configured ones); the learning rate is unchanged; the loss normaliser is the step's own kept tokens, so
-it needs nothing. Under several ranks rank 0 decides (its timings) and broadcasts; the batch is a
+configured ``data.batch_size`` and β₂); the learning rate is unchanged; the loss normaliser is the step's
+own kept tokens, so it needs nothing. Under several ranks rank 0 decides and broadcasts; the batch is a
 multiple of the world size. The controller's state is checkpointed; the data module's changes too.
 """
 
@@ -25,83 +27,104 @@ import torch
 from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.callbacks.batch_rule import beta2_for, next_prompts, optimal_multiple
+from lit_rlvr.critical_batch.batch_rule import aimed_prompts, beta2_for, min_growth_factor, next_prompts
 from lit_rlvr.selection import RolloutAllocator, SelectionCallback
 from lit_rlvr.selection_host import BatchHost
 from lit_rlvr.types import PromptPool, RolloutBatch
+from lit_rlvr.update.noise_scale import run_noise_scale
 
-__all__ = ["AdaptiveBatch"]
+__all__ = ["AdaptiveBatch", "DEFAULT_FIXED_COST_ROLLOUTS"]
 
-_REASONS = ("configured", "warm-up", "no estimate", "no signal", "optimum")
+_REASONS = ("start", "warm-up", "no estimate", "noise-dominated", "grow", "shrink", "undecided")
 """Why the last decision was what it was (saved as its index)."""
+
+DEFAULT_FIXED_COST_ROLLOUTS = 2.0
+"""φ on a 2-core CPU: about 0.45 CPU-seconds fixed per step against 0.23 per rollout on the quick-start
+(docs/adaptive_batch.md); on a GPU with a colocated engine a step's fixed cost is worth far more rollouts."""
 
 
 class AdaptiveBatch(SelectionCallback):
-    """Sets each step's prompt batch from the smoothed noise scale, the informative share and the run's costs.
+    """Starts at the smallest prompt batch and grows (or shrinks) it only when the noise scale says so.
 
     Args:
-        min_prompts: the fewest prompts a step may have (rounded up to a multiple of the world size).
+        min_prompts: the batch a fit starts at, and the fewest prompts a step may have (rounded up to a
+            multiple of the world size). Default 2: on the benchmarks here the smallest batch was the cheapest.
         max_prompts: the most prompts a step may have (rounded down to a multiple of the world size).
-        warmup_steps: steps at the configured ``data.batch_size`` before the estimate is trusted.
-        max_change: the batch changes by at most this factor from one step to the next (> 1).
-        ema: decay of the moving averages of f and of the costs (the noise scale has its own,
-            ``model.noise_scale.ema``).
-        multiple: aim the informative batch at this multiple of the noise scale instead of the
-            time-optimal k* (None: k* from the costs).
-        fixed_cost_s: seconds per step that do not grow with the batch (None: measured).
-        rollout_cost_s: seconds per rollout, generation, reward and update together (None: measured).
-            Both set: the decisions depend only on the run's numbers, not on its timing.
+        max_change: a change moves the batch by at most this factor (> 1), after rounding; with several
+            ranks the smallest move up from ``min_prompts`` must fit in it (checked at start-up).
+        fixed_cost_rollouts: φ, what a step costs besides its rollouts (optimizer step, weight sync,
+            logging), in rollouts. ``lit-rlvr calibrate --config <your config>`` measures it and prints the line.
+        measure_costs: time the fit instead of using ``fixed_cost_rollouts`` (wall seconds, moving averages):
+            the decisions then depend on the machine's clock and load, so a repeat or a resume may differ.
+        window: the noise scale, its standard error and f are taken over the last ``window`` steps.
+        min_estimates: steps with a noise-scale estimate needed before the first decision.
+        z: a move needs the aim at N − z·SE (to grow) or at N + z·SE (to shrink) to agree.
+        warmup_steps: steps held at ``min_prompts`` before any decision, estimates or not.
+        multiple: aim the informative batch at this multiple of N instead of the cost-optimal k*.
+        ema: decay of the measured costs' moving averages (``measure_costs`` only).
     """
 
     metric_prefix = "batch/"
-    metric_names = ("prompts", "b_noise", "share", "multiple", "target", "beta2", "fixed_cost_s", "rollout_cost_s")
-    state_names = ("prompts", "base_prompts", "base_beta2", "steps_seen", "changes", "reason", "share_num", "share_den",
-                   "share_count", "fixed_ema", "roll_ema", "cost_count", "last_target", "last_multiple", "last_b_noise")
+    metric_names = ("prompts", "b_noise", "b_noise_se", "share", "target", "target_low", "target_high", "beta2",
+                    "fixed_cost_rollouts")
+    state_names = ("prompts", "start_prompts", "base_prompts", "base_beta2", "steps_seen", "changes", "reason", "share_window",
+                   "fixed_ema", "roll_ema", "cost_count", "last_target", "last_low", "last_high", "last_b_noise",
+                   "last_b_noise_se")
 
     def __init__(
         self,
         min_prompts: int = 2,
         max_prompts: int = 64,
-        warmup_steps: int = 4,
         max_change: float = 1.5,
-        ema: float = 0.9,
+        fixed_cost_rollouts: float = DEFAULT_FIXED_COST_ROLLOUTS,
+        measure_costs: bool = False,
+        window: int = 8,
+        min_estimates: int = 3,
+        z: float = 1.0,
+        warmup_steps: int = 0,
         multiple: Optional[float] = None,
-        fixed_cost_s: Optional[float] = None,
-        rollout_cost_s: Optional[float] = None,
+        ema: float = 0.9,
     ) -> None:
-        if int(min_prompts) != min_prompts or min_prompts < 1:
-            raise ValueError(f"AdaptiveBatch: `min_prompts` must be an integer >= 1, got {min_prompts!r}")
-        if int(max_prompts) != max_prompts or max_prompts < min_prompts:
-            raise ValueError(f"AdaptiveBatch: `max_prompts` must be an integer >= min_prompts={min_prompts}, got {max_prompts!r}")
-        if int(warmup_steps) != warmup_steps or warmup_steps < 0:
-            raise ValueError(f"AdaptiveBatch: `warmup_steps` must be an integer >= 0, got {warmup_steps!r}")
+        def whole(name: str, v: Any, least: int) -> int:
+            if int(v) != v or v < least:
+                raise ValueError(f"AdaptiveBatch: `{name}` must be an integer >= {least}, got {v!r}")
+            return int(v)
+
+        self.min_prompts = whole("min_prompts", min_prompts, 1)
+        self.max_prompts = whole("max_prompts", max_prompts, self.min_prompts)
+        self.window = whole("window", window, 2)
+        self.min_estimates = whole("min_estimates", min_estimates, 2)
+        self.warmup_steps = whole("warmup_steps", warmup_steps, 0)
+        if self.min_estimates > self.window:
+            raise ValueError(f"AdaptiveBatch: `min_estimates`={min_estimates} must be <= `window`={window}")
         if not (max_change > 1.0) or not math.isfinite(max_change):
             raise ValueError(f"AdaptiveBatch: `max_change` must be a finite factor > 1, got {max_change!r}")
-        if not 0.0 <= ema < 1.0:
-            raise ValueError(f"AdaptiveBatch: `ema` must be in [0, 1), got {ema!r}")
+        if not (fixed_cost_rollouts >= 0 and math.isfinite(fixed_cost_rollouts)):
+            raise ValueError(f"AdaptiveBatch: `fixed_cost_rollouts` must be >= 0 (a step's fixed cost in rollouts; "
+                             f"`lit-rlvr calibrate` measures it), got {fixed_cost_rollouts!r}")
+        if not (z >= 0 and math.isfinite(z)):
+            raise ValueError(f"AdaptiveBatch: `z` must be >= 0, got {z!r}")
         if multiple is not None and not (multiple > 0 and math.isfinite(multiple)):
             raise ValueError(f"AdaptiveBatch: `multiple` must be > 0 or null (k* from the costs), got {multiple!r}")
-        for name, v in (("fixed_cost_s", fixed_cost_s), ("rollout_cost_s", rollout_cost_s)):
-            if v is not None and not (v >= 0 and math.isfinite(v)):
-                raise ValueError(f"AdaptiveBatch: `{name}` must be >= 0 or null (measured), got {v!r}")
-        self.min_prompts, self.max_prompts = int(min_prompts), int(max_prompts)
-        self.warmup_steps, self.max_change, self.ema = int(warmup_steps), float(max_change), float(ema)
-        self.multiple, self.fixed_cost_s, self.rollout_cost_s = multiple, fixed_cost_s, rollout_cost_s
+        if not 0.0 <= ema < 1.0:
+            raise ValueError(f"AdaptiveBatch: `ema` must be in [0, 1), got {ema!r}")
+        self.max_change, self.fixed_cost_rollouts, self.measure_costs = float(max_change), float(fixed_cost_rollouts), bool(measure_costs)
+        self.z, self.multiple, self.ema = float(z), multiple, float(ema)
         # state (checkpointed)
         self.prompts = 0  # the batch of the step about to run (0: not set up yet)
+        self.start_prompts = 0  # the batch the fit started at: min_prompts, rounded up to the world size
         self.base_prompts = 0  # the configured data.batch_size, β₂'s reference
         self.base_beta2 = math.nan
         self.steps_seen = 0
         self.changes = 0
         self.reason = 0  # index into _REASONS
-        self.share_num = self.share_den = 0.0  # EMAs of informative and all generated groups
-        self.share_count = 0
-        self.fixed_ema = self.roll_ema = 0.0
+        self.share_window: list[list[float]] = []  # [informative, groups generated] of the last `window` steps
+        self.fixed_ema = self.roll_ema = 0.0  # measure_costs only: seconds per step and per rollout
         self.cost_count = 0
-        self.last_target = math.nan
-        self.last_multiple = math.nan
-        self.last_b_noise = math.nan
+        self.last_target = self.last_low = self.last_high = math.nan
+        self.last_b_noise = self.last_b_noise_se = math.nan
         self._t0 = 0.0
+        self._rollouts = 0.0
         self._refills = False
 
     @override
@@ -131,13 +154,21 @@ class AdaptiveBatch(SelectionCallback):
         if self.max_prompts < world:
             raise ValueError(f"AdaptiveBatch: max_prompts={self.max_prompts} is below the {world} ranks; every rank needs a prompt. "
                              f"Raise trainer.callbacks' max_prompts to {world} or more")
+        growth = min_growth_factor(self.min_prompts, self.max_prompts, world)
+        if growth > self.max_change:
+            raise ValueError(
+                f"AdaptiveBatch: with {world} ranks the smallest move up from min_prompts={self.min_prompts} is a factor "
+                f"{growth:g}, above max_change={self.max_change:g}, so the batch could never grow. Set trainer.callbacks' "
+                f"max_change to {growth:g} or more, or min_prompts to {math.ceil(world / (self.max_change - 1))} or more")
         self._refills = any(isinstance(s, RolloutAllocator) and getattr(s, "refill", False) for s in selectors)
-        if self.prompts == 0:  # a fresh fit (a resumed one has its state already)
-            self.base_prompts = self.prompts = int(dm.batch_size_at(0))
-            if self.prompts % world:
-                raise ValueError(f"AdaptiveBatch: data.batch_size={self.prompts} is not a multiple of the {world} ranks; "
-                                 f"set data.batch_size to a multiple of {world}")
+        if self.prompts == 0:  # a fresh fit (a resumed one has its state already): start at the smallest batch
+            self.base_prompts = int(dm.batch_size_at(0))
             self.base_beta2 = float(_param_groups(pl_module)[0]["betas"][1])
+            start = next_prompts(self.min_prompts, self.min_prompts, min_prompts=self.min_prompts,
+                                 max_prompts=self.max_prompts, max_change=self.max_change, world_size=world)
+            self.prompts = self.base_prompts  # _apply moves data and β₂ from the configured batch to the start
+            self._apply(trainer, pl_module, start, at_pool=0)
+            self.start_prompts, self.changes = start, 0  # the start is not a change
 
     # ------------------------------------------------------------------ per step
 
@@ -145,14 +176,15 @@ class AdaptiveBatch(SelectionCallback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: BatchHost, batch: Any, batch_idx: int) -> None:
         if isinstance(batch, PromptPool):
             self._t0 = time.perf_counter()
-            self.set_metrics({"prompts": float(batch.batch_size), "b_noise": self._b_noise(pl_module), "share": self.share,
-                              "multiple": self.last_multiple, "target": self.last_target,
+            self.set_metrics({"prompts": float(batch.batch_size), "b_noise": self.last_b_noise,
+                              "b_noise_se": self.last_b_noise_se, "share": self.share, "target": self.last_target,
+                              "target_low": self.last_low, "target_high": self.last_high,
                               "beta2": float(_param_groups(pl_module)[0]["betas"][1]),
-                              "fixed_cost_s": self._cost()[0], "rollout_cost_s": self._cost()[1]})
+                              "fixed_cost_rollouts": self._fixed_cost()})
 
     @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: BatchHost, batch: RolloutBatch) -> None:
-        """f: the informative share of the groups generated this step (every rank's), into its moving average."""
+        """This step's informative and generated groups (every rank's), into the window f is read over."""
         groups = torch.unique(batch.prompt_index)
         informative = 0
         for p in groups.tolist():
@@ -162,80 +194,80 @@ class AdaptiveBatch(SelectionCallback):
         if trainer.world_size > 1:
             counts = trainer.strategy.reduce(counts.to(pl_module.device), reduce_op="sum").cpu()
         self._rollouts = float(counts[2])
-        self.share_num = self.ema * self.share_num + (1 - self.ema) * float(counts[0])
-        self.share_den = self.ema * self.share_den + (1 - self.ema) * float(counts[1])
-        self.share_count += 1
+        self.share_window = (self.share_window + [[float(counts[0]), float(counts[1])]])[-self.window:]
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: BatchHost, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not isinstance(batch, PromptPool):
             return
-        self._measure_costs(trainer)
+        if self.measure_costs:
+            self._measure_costs(trainer)
         decision = self._decide(pl_module, int(trainer.world_size)) if trainer.global_rank == 0 else None
-        if trainer.world_size > 1:  # rank 0's timings decide; every rank applies the same numbers
+        if trainer.world_size > 1:  # rank 0 decides; every rank applies the same numbers
             decision = trainer.strategy.broadcast(decision, src=0)
-        nxt, self.reason, self.last_target, self.last_multiple, self.last_b_noise, self.fixed_ema, self.roll_ema, self.cost_count = decision
+        (nxt, self.reason, self.last_target, self.last_low, self.last_high, self.last_b_noise, self.last_b_noise_se,
+         self.fixed_ema, self.roll_ema, self.cost_count) = decision
         self.steps_seen += 1
-        self._apply(trainer, pl_module, int(nxt), int(pl_module.steps_done))
+        self._apply(trainer, pl_module, int(nxt), at_pool=int(pl_module.steps_done))
 
     # ------------------------------------------------------------------ the decision
 
     @property
     def share(self) -> float:
-        """f: the moving average of informative groups over the moving average of groups generated."""
-        return self.share_num / self.share_den if self.share_den > 0 else math.nan
+        """f over the window: informative groups over groups generated."""
+        groups = sum(g for _, g in self.share_window)
+        return sum(i for i, _ in self.share_window) / groups if groups > 0 else math.nan
 
-    def _b_noise(self, pl_module: BatchHost) -> float:
-        tracker = pl_module.noise_meter.tracker
-        return tracker.smoothed("informative") if tracker.history else math.nan
+    def _fixed_cost(self) -> float:
+        """φ: the configured fixed cost in rollouts, or (``measure_costs``) the measured seconds' ratio."""
+        if not self.measure_costs:
+            return self.fixed_cost_rollouts
+        return self.fixed_ema / self.roll_ema if self.cost_count and self.roll_ema > 0 else math.nan
 
     def _measure_costs(self, trainer: pl.Trainer) -> None:
-        """c_roll: generation, reward and update seconds over the step's rollouts (all ranks' rollouts, the ranks
-        work side by side); c_fixed: the rest of the step's wall time. Moving averages, bias-corrected on read."""
-        if self.fixed_cost_s is not None and self.rollout_cost_s is not None:
-            return  # both configured: nothing timed, so the state (and a resume) depends on the run's numbers only
+        """Opt-in: seconds of rollouts (generation, reward, update over the step's rollouts) and the rest of the
+        step's wall time, as moving averages (their ratio is φ, so their bias correction cancels)."""
         m = trainer.callback_metrics
         wall = time.perf_counter() - self._t0
         per_rollout = sum(float(m.get(k, 0.0)) for k in ("time/rollout_s", "time/reward_s", "time/update_s"))
-        rollouts = getattr(self, "_rollouts", 0.0)
-        if rollouts <= 0:
+        if self._rollouts <= 0:
             return
         self.fixed_ema = self.ema * self.fixed_ema + (1 - self.ema) * max(wall - per_rollout, 0.0)
-        self.roll_ema = self.ema * self.roll_ema + (1 - self.ema) * per_rollout / rollouts
+        self.roll_ema = self.ema * self.roll_ema + (1 - self.ema) * per_rollout / self._rollouts
         self.cost_count += 1
 
-    def _cost(self) -> tuple[float, float]:
-        """(c_fixed, c_roll) in seconds: the configured ones, else the bias-corrected moving averages."""
-        corr = 1.0 - self.ema**self.cost_count if self.cost_count else math.nan
-        fixed = self.fixed_cost_s if self.fixed_cost_s is not None else self.fixed_ema / corr
-        roll = self.rollout_cost_s if self.rollout_cost_s is not None else self.roll_ema / corr
-        return float(fixed), float(roll)
-
-    def _decide(self, pl_module: BatchHost, world: int) -> tuple[int, int, float, float, float, float, float, int]:
-        """(next prompts, reason, target prompts, k*, N, and the cost averages to share with the other ranks)."""
+    def _decide(self, pl_module: BatchHost, world: int) -> tuple:
+        """(next prompts, reason, aim, aim at N - z·SE, aim at N + z·SE, N, SE, and the cost state to share)."""
         costs = (self.fixed_ema, self.roll_ema, self.cost_count)
+        hold = lambda reason, *aims: (self.prompts, reason, *(aims or (math.nan,) * 5), *costs)  # noqa: E731
         if self.steps_seen + 1 < self.warmup_steps:
-            return (self.prompts, 1, math.nan, math.nan, math.nan, *costs)
-        b_noise, f = self._b_noise(pl_module), self.share
-        measured = any(math.isfinite(r.get("g2_informative", math.nan)) for r in pl_module.noise_meter.tracker.history)
-        if not measured or not (f > 0):  # no step had 2+ informative groups yet, or none is informative
-            return (self.prompts, 2, math.nan, math.nan, math.nan, *costs)
-        if not math.isfinite(b_noise):  # |G|² averaged to <= 0: the signal is below the noise, the batch far below N
-            target, k, reason = math.inf, math.nan, 3
+            return hold(1)
+        rows = [r for r in pl_module.noise_meter.tracker.history if math.isfinite(r.get("g2_informative", math.nan))]
+        rows = rows[-self.window:]
+        f, phi = self.share, self._fixed_cost()
+        if len(rows) < self.min_estimates or not (f > 0) or not math.isfinite(phi):
+            return hold(2)
+        b_noise, se = run_noise_scale(rows, "informative")
+        limits = dict(min_prompts=self.min_prompts, max_prompts=self.max_prompts, max_change=self.max_change, world_size=world)
+        if not math.isfinite(b_noise):  # Σ|G|² <= 0 over the window: the signal is below its noise, far below N
+            return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, math.nan, *costs)
+        G = int(pl_module.rollout_settings.num_generations)
+        aim = lambda n: aimed_prompts(n, f, G, phi, self.multiple, self._refills)  # noqa: E731
+        spread = self.z * (se if math.isfinite(se) else math.inf)
+        target, low, high = aim(b_noise), aim(b_noise - spread), aim(b_noise + spread)
+        if low > self.prompts:
+            nxt, reason = next_prompts(self.prompts, target, **limits), 4
+        elif high < self.prompts:
+            nxt, reason = next_prompts(self.prompts, target, **limits), 5
         else:
-            c_fixed, c_roll = self._cost()
-            k = self.multiple if self.multiple is not None else optimal_multiple(c_fixed, c_roll, _group_size(pl_module), f, b_noise)
-            informative = k * b_noise  # B* informative groups per step
-            target, reason = (informative if self._refills else informative / f), 4
-        nxt = next_prompts(self.prompts, target, min_prompts=self.min_prompts, max_prompts=self.max_prompts,
-                           max_change=self.max_change, world_size=world)
-        return (nxt, reason, float(target), float(k), float(b_noise), *costs)
+            nxt, reason = self.prompts, 6
+        return (nxt, reason, float(target), float(low), float(high), float(b_noise), float(se), *costs)
 
-    def _apply(self, trainer: pl.Trainer, pl_module: BatchHost, prompts: int, next_pool: int) -> None:
-        """The data module's next pools and Adam's β₂ follow the new batch (no change: nothing is touched)."""
+    def _apply(self, trainer: pl.Trainer, pl_module: BatchHost, prompts: int, at_pool: int) -> None:
+        """The data module's pools from ``at_pool`` on and Adam's β₂ follow the new batch (no change: nothing is touched)."""
         if prompts == self.prompts:
             return
-        trainer.datamodule.resize(prompts, at_pool=next_pool)
+        trainer.datamodule.resize(prompts, at_pool=at_pool)
         beta2 = beta2_for(self.base_beta2, self.base_prompts, prompts)
         for group in _param_groups(pl_module):
             group["betas"] = (group["betas"][0], beta2)
@@ -244,27 +276,23 @@ class AdaptiveBatch(SelectionCallback):
 
     def summary_line(self) -> str:
         """One line for the end-of-fit summary: the batch settled on and why."""
-        why = {"configured": "no decision yet (data.batch_size)", "warm-up": "still in its warm-up at data.batch_size",
-               "no estimate": "no noise-scale estimate yet (no step with 2+ informative groups), so it held the batch",
-               "no signal": "the gradient signal averaged below its noise (far below the critical batch), so it grew the batch",
-               }.get(_REASONS[self.reason])
+        what = _REASONS[self.reason]
+        why = {
+            "start": "no decision yet", "warm-up": "still in its warm-up",
+            "no estimate": f"fewer than {self.min_estimates} steps with a noise-scale estimate, so it held",
+            "noise-dominated": "the gradient signal averaged below its noise over the window, so it grew",
+        }.get(what)
         if why is None:
-            c_fixed, c_roll = self._cost()
-            how = "the configured multiple" if self.multiple is not None else (
-                f"the multiple that minimises seconds at {c_fixed:.2f} s fixed per step and {c_roll * 1e3:.1f} ms per rollout")
-            why = (f"aimed at {_fmt(self.last_target)} {'informative groups (refill target)' if self._refills else 'prompts'} = "
-                   f"{self.last_multiple:.2f} x the noise scale {_fmt(self.last_b_noise)} informative groups"
-                   f"{'' if self._refills else f' / f = {self.share:.2f}'}, {how}")
-        return (f"  batch controller      settled on {self.prompts} prompts/step (started at {self.base_prompts}, "
+            verb = {"grow": "grew", "shrink": "shrank", "undecided": "held: the aim's interval holds the current batch"}[what]
+            why = (f"{verb}; aim {_fmt(self.last_target)} prompts [{_fmt(self.last_low)}-{_fmt(self.last_high)} at N ± "
+                   f"{self.z:g} SE] from N = {_fmt(self.last_b_noise)} ± {_fmt(self.last_b_noise_se)} informative groups, "
+                   f"f = {self.share:.2f}, a step's fixed cost {_fmt(self._fixed_cost())} rollouts")
+        return (f"  batch controller      settled on {self.prompts} prompts/step (started at {self.start_prompts}, "
                 f"{self.changes} changes): {why}")
 
 
 def _fmt(x: float) -> str:
     return f"{x:.1f}" if math.isfinite(x) else "n/a"
-
-
-def _group_size(pl_module: BatchHost) -> int:
-    return int(pl_module.rollout_settings.num_generations)
 
 
 def _param_groups(pl_module: BatchHost) -> list[dict[str, Any]]:

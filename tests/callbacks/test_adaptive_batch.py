@@ -1,4 +1,5 @@
-"""AdaptiveBatch: its arithmetic (the time-optimal batch, beta2's rule, the rounding), its start-up checks.
+"""AdaptiveBatch: its arithmetic (the cost-optimal batch, beta2's rule, the change limit after rounding), its start-up
+checks and its decisions (start small, grow or shrink only on evidence, read no clock).
 
 The fits that show it working (metrics.csv, the normaliser, resume after kill -9, two ranks) are in
 test_adaptive_batch_fit.py (``-m integration``).
@@ -10,7 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from lit_rlvr.callbacks import SARA, AdaptiveBatch, DynamicSampling
-from lit_rlvr.callbacks.batch_rule import beta2_for, next_prompts, optimal_informative_batch, optimal_multiple
+from lit_rlvr.callbacks.adaptive_batch import _REASONS
+from lit_rlvr.critical_batch.batch_rule import (aimed_prompts, beta2_for, min_growth_factor, next_prompts,
+                                              optimal_informative_batch, optimal_multiple)
 
 
 def seconds_to_target(B, c_fixed, c_roll, G, f, N):
@@ -37,31 +40,61 @@ def test_beta2_holds_its_half_life_in_samples():
     assert beta2_for(0.95, 4, 4) == 0.95
 
 
-def test_next_prompts_limits_the_change_bounds_and_rounds_to_the_world_size():
+def test_the_aim_in_prompts_is_the_cost_optimal_batch_and_grows_with_the_noise_scale():
+    """P* = B*/f = sqrt(phi N / (G f)) with phi a step's fixed cost in rollouts (c_roll = 1)."""
+    phi, G, f = 2.0, 8, 0.5
+    for N in (1.0, 10.0, 40.0):
+        assert aimed_prompts(N, f, G, phi) == pytest.approx(math.sqrt(phi * N / (G * f)))
+        assert aimed_prompts(N, f, G, phi) == pytest.approx(optimal_informative_batch(phi, 1.0, G, f, N) / f)
+        assert aimed_prompts(N, f, G, phi, refills=True) == pytest.approx(optimal_informative_batch(phi, 1.0, G, f, N))
+    aims = [aimed_prompts(N, f, G, phi) for N in (-1.0, 0.0, 0.5, 5.0, 50.0)]
+    assert aims[:2] == [0.0, 0.0] and aims == sorted(aims)  # an interval on N maps to one on the aim
+    # a GPU-like profile (a step's fixed cost worth 64 rollouts) aims 5.7x higher at the same N
+    assert aimed_prompts(10.0, f, G, 64.0) / aimed_prompts(10.0, f, G, phi) == pytest.approx(math.sqrt(32))
+
+
+def test_next_prompts_limits_the_change_after_rounding_bounds_and_rounds_to_the_world_size():
     kw = dict(min_prompts=2, max_prompts=64, max_change=1.5)
     assert next_prompts(8, None, world_size=1, **kw) == 8  # no decision: hold
     assert next_prompts(8, math.inf, world_size=1, **kw) == 12  # grow at most 1.5x
-    assert next_prompts(8, 1.0, world_size=1, **kw) == 5  # 8 / 1.5 = 5.33, nearest
+    assert next_prompts(8, 1.0, world_size=1, **kw) == 6  # 8 / 1.5 = 5.33: 5 would be 1.6x, so 6
+    assert next_prompts(5, 2.0, world_size=1, **kw) == 4  # 5 -> 3 would be 1.67x
     assert next_prompts(3, 0.1, world_size=1, **kw) == 2  # the minimum
     assert next_prompts(60, 1e6, world_size=1, **kw) == 64  # the maximum
     assert next_prompts(8, 9.4, world_size=1, **kw) == 9
-    for world in (2, 4):
-        for current in range(world, 40, world):
-            for target in (0.5, 3.3, 7.0, 11.9, 30.0, math.inf):
-                got = next_prompts(current, target, world_size=world, **kw)
-                assert got % world == 0 and 2 <= got <= 64, (current, target, world, got)
+    assert next_prompts(2, math.inf, world_size=1, **kw) == 3
+    assert next_prompts(2, math.inf, world_size=2, **kw) == 2  # 4 would be 2x: hold (start-up refuses this set-up)
+    assert next_prompts(4, math.inf, world_size=2, **kw) == 6
     assert next_prompts(4, 5.0, world_size=2, **kw) == 4  # 5 is as near 4 as 6: stay on the current side
-    assert next_prompts(2, math.inf, min_prompts=2, max_prompts=5, max_change=1.5, world_size=4) == 4
+    for world in (1, 2, 3, 4):
+        for max_change in (1.25, 1.5, 2.0):
+            for current in range(math.ceil(2 / world) * world, 40, world):
+                for target in (0.5, 3.3, 7.0, 11.9, 30.0, math.inf):
+                    got = next_prompts(current, target, world_size=world, min_prompts=2, max_prompts=64, max_change=max_change)
+                    assert got % world == 0 and 2 <= got <= 64, (current, target, world, got)
+                    assert max(got, current) / min(got, current) <= max_change + 1e-12, (current, target, world, got)
+    assert min_growth_factor(2, 64, 1) == 1.5 and min_growth_factor(2, 64, 2) == 2.0 and min_growth_factor(4, 64, 2) == 1.5
 
 
 def _setup(controller, selectors, world=1, batch=4, noise=True):
-    dm = SimpleNamespace(resize=lambda *a, **k: None, batch_size_at=lambda k: batch)
+    resized = []
+    dm = SimpleNamespace(resize=lambda b, at_pool: resized.append((b, at_pool)), batch_size_at=lambda k: batch)
     opt = SimpleNamespace(param_groups=[{"betas": (0.9, 0.99)}])
     module = SimpleNamespace(noise_unmeasurable=lambda: None if noise else "model.noise_scale.enabled is false",
                              optimizers=lambda: opt)
     trainer = SimpleNamespace(datamodule=dm, world_size=world)
     controller.setup_selection(trainer, module, [controller, *selectors])
+    controller._resized, controller._opt = resized, opt
     return controller
+
+
+def test_a_fit_starts_at_the_smallest_batch_with_beta2_to_match():
+    c = _setup(AdaptiveBatch(), [], batch=8)
+    assert (c.start_prompts, c.prompts, c.base_prompts, c.changes) == (2, 2, 8, 0)
+    assert c._resized == [(2, 0)]  # the data module serves 2 prompts from the first pool
+    assert c._opt.param_groups[0]["betas"][1] == pytest.approx(beta2_for(0.99, 8, 2))
+    c = _setup(AdaptiveBatch(min_prompts=4, max_change=2.0), [], world=4, batch=8)
+    assert c.start_prompts == 4
 
 
 def test_an_incompatible_pair_is_refused_naming_both():
@@ -73,23 +106,73 @@ def test_an_incompatible_pair_is_refused_naming_both():
 def test_start_up_checks_name_the_fix():
     with pytest.raises(ValueError, match="model.noise_scale.enabled=true"):
         _setup(AdaptiveBatch(), [], noise=False)
-    with pytest.raises(ValueError, match="data.batch_size=3 is not a multiple of the 2 ranks"):
-        _setup(AdaptiveBatch(), [], world=2, batch=3)
+    with pytest.raises(ValueError, match=r"smallest move up from min_prompts=2 is a factor 2, above max_change=1.5.*max_change"):
+        _setup(AdaptiveBatch(), [], world=2)
+    _setup(AdaptiveBatch(max_change=2.0), [], world=2)
+    _setup(AdaptiveBatch(min_prompts=4), [], world=2)
     with pytest.raises(ValueError, match="max_change"):
         AdaptiveBatch(max_change=1.0)
     with pytest.raises(ValueError, match="max_prompts"):
         AdaptiveBatch(min_prompts=8, max_prompts=4)
+    with pytest.raises(ValueError, match="lit-rlvr calibrate"):
+        AdaptiveBatch(fixed_cost_rollouts=-1)
+
+
+def _module(rows, G=8):
+    """A module whose noise meter has the per-step (tr Sigma, |G|^2) rows ``rows``."""
+    history = [{"trace_informative": t, "g2_informative": g} for t, g in rows]
+    return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(history=history)),
+                           rollout_settings=SimpleNamespace(num_generations=G))
+
+
+def test_it_grows_only_when_the_low_end_of_the_noise_scale_says_so():
+    """phi 2, G 8, f 0.5: P* = sqrt(N / 2). Steady N = 50 (P* = 5): grows from 2 toward 5 by at most 1.5x."""
+    c = _setup(AdaptiveBatch(), [], batch=8)
+    c.share_window = [[1.0, 2.0]] * 4  # f = 0.5
+    steady = _module([(50.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
+    nxt, reason, target, low, high, n, se, *_ = c._decide(steady, world=1)
+    assert (nxt, _REASONS[reason]) == (3, "grow") and target == pytest.approx(5.0) and low > 2
+    assert n == pytest.approx(50.0) and se < 1.0
+    # N = 13.3 +- 7.3 (P* = 2.6 in [1.7, 3.2]): the aim's interval holds 2, so it holds
+    noisy = _module([(20.0, 0.2), (20.0, 3.0), (20.0, 0.3), (20.0, 2.5)])
+    nxt, reason, target, low, high, *_ = c._decide(noisy, world=1)
+    assert (nxt, _REASONS[reason]) == (2, "undecided") and low < 2 < high
+    # small N (P* = 1): at 4 prompts with a tight estimate it shrinks
+    c.prompts = 4
+    small = _module([(2.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
+    assert c._decide(small, world=1)[:2] == (3, _REASONS.index("shrink"))
+
+
+def test_it_holds_without_an_estimate_and_grows_when_noise_dominates():
+    c = _setup(AdaptiveBatch(), [], batch=8)
+    c.share_window = [[1.0, 2.0]] * 2
+    assert c._decide(_module([(50.0, 1.0), (50.0, 1.0)]), world=1)[:2] == (2, _REASONS.index("no estimate"))  # 2 < 3
+    c.share_window = [[0.0, 2.0]] * 3  # no group informative: f = 0
+    assert c._decide(_module([(50.0, 1.0)] * 3), world=1)[:2] == (2, _REASONS.index("no estimate"))
+    c.share_window = [[1.0, 2.0]] * 3
+    assert c._decide(_module([(50.0, -1.0)] * 3), world=1)[:2] == (3, _REASONS.index("noise-dominated"))
 
 
 def test_with_a_refill_allocator_the_controller_sets_the_refill_target():
-    """Set up beside Dynamic Sampling, the target is the informative batch itself (not divided by f)."""
-    c = _setup(AdaptiveBatch(warmup_steps=0, multiple=1.0), [DynamicSampling()])
-    assert c._refills and c.base_prompts == c.prompts == 4 and c.base_beta2 == 0.99
-    tracker = SimpleNamespace(history=[{"g2_informative": 1.0}], smoothed=lambda key: 10.0)
-    module = SimpleNamespace(noise_meter=SimpleNamespace(tracker=tracker),
-                             rollout_settings=SimpleNamespace(num_generations=8))
-    c.share_num, c.share_den = 0.5, 1.0  # f = 0.5
-    nxt, reason, target, k, n, *_ = c._decide(module, world=1)
-    assert (target, k, n, nxt) == (10.0, 1.0, 10.0, 6)  # 10 informative groups; 4 -> 6 (max_change 1.5)
+    """Set up beside Dynamic Sampling, the aim is the informative batch itself (not divided by f)."""
+    c = _setup(AdaptiveBatch(multiple=1.0), [DynamicSampling()])
+    assert c._refills and c.prompts == 2 and c.base_prompts == 4 and c.base_beta2 == 0.99
+    c.share_window = [[1.0, 2.0]] * 3  # f = 0.5
+    module = _module([(10.0, 1.0)] * 3)
+    nxt, reason, target, *_ = c._decide(module, world=1)
+    assert (target, nxt) == (10.0, 3)  # 10 informative groups; 2 -> 3 (max_change 1.5)
     c._refills = False
     assert c._decide(module, world=1)[2] == 20.0  # without a refill: 10 / f prompts
+
+
+def test_decisions_read_no_clock(monkeypatch):
+    """By default nothing is timed: the same numbers give the same decision whatever the clock says."""
+    import lit_rlvr.callbacks.adaptive_batch as ab
+
+    c = _setup(AdaptiveBatch(), [], batch=8)
+    c.share_window = [[1.0, 2.0]] * 4
+    steady = _module([(50.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
+    first = c._decide(steady, world=1)
+    monkeypatch.setattr(ab.time, "perf_counter", lambda: (_ for _ in ()).throw(AssertionError("read the clock")))
+    assert not c.measure_costs and c._decide(steady, world=1) == first
+    assert c._fixed_cost() == 2.0
