@@ -8,7 +8,8 @@ held-out targets, paired by seed with a reference strategy, and the batch the co
 
 Each ``--cells`` entry names a strategy and the folder of its result files (``<strategy>_seed<S>.json``; the
 batch per step is read from their ``.groups.csv``, one row per prompt rolled out). Writes ``<out>.md``,
-``<out>.json`` and ``<out>_batch.png`` (prompts per step of every strategy whose batch changes).
+``<out>.json`` and ``<out>_batch.png`` (prompts per step of every strategy whose batch changes). Seconds are CPU
+seconds where both files of a seed record them, else wall seconds (older files); the column says which.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lit_rlvr.bench.result_report import TOKENS, TRAIN_SECONDS, cumulative_at_target, runs_from_results  # noqa: E402
+from lit_rlvr.bench.result_report import (TOKENS, TRAIN_SECONDS, cumulative_at_target, honest_seconds_to_target,  # noqa: E402
+                                          kind_ratios, runs_from_results)
 from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
 from lit_rlvr.curves import accuracy_curve, rollouts_to_target  # noqa: E402
 from lit_rlvr.group_records import read_groups  # noqa: E402
@@ -43,6 +45,8 @@ def to_target(run, target: float, axis: str | None) -> float:
     if axis is None:
         x, y, _ = accuracy_curve(run, METRIC)
         return rollouts_to_target(x, y, target) if len(x) else math.nan
+    if axis == TRAIN_SECONDS:  # CPU seconds where the file has them, else wall
+        return honest_seconds_to_target(run, target, METRIC)[0]
     return cumulative_at_target(run, target, METRIC, axis)
 
 
@@ -83,18 +87,24 @@ def main(argv=None) -> None:
     for target in args.targets:
         values = {s: {ax: {r.seed: to_target(r, target, col) for r in rs} for ax, col in AXES} for s, rs in runs.items()}
         lines += [f"### To {target:.2f} held-out ({METRIC}), × {args.ref}'s on the same seeds", "",
-                  "| strategy | seeds | reached | rollouts (mean ± sd) | × rollouts | × tokens | × seconds |",
+                  "| strategy | seeds | reached | rollouts (mean ± sd) | × rollouts | × tokens | × seconds (CPU or wall) |",
                   "|---|---|---:|---:|---:|---:|---:|"]
         for s, v in values.items():
             ratios = {ax: stat(paired_ratios(v[ax], values[args.ref][ax])) for ax, _ in AXES}
+            kinds = {r.seed: (v["seconds"][r.seed], honest_seconds_to_target(r, target, METRIC)[1]) for r in runs[s]}
+            ref_kinds = {r.seed: (values[args.ref]["seconds"][r.seed], honest_seconds_to_target(r, target, METRIC)[1])
+                         for r in runs[args.ref]}
+            sec, kind = kind_ratios(kinds, ref_kinds)  # a CPU-to-wall ratio means nothing
+            ratios["seconds"] = stat(list(sec.values()))
             absolute = stat(list(v["rollouts"].values()))
             reached = sum(math.isfinite(x) for x in v["rollouts"].values())
             seeds = ",".join(r.seed for r in runs[s])
             cell = lambda m: f"{m['mean']:.2f} ± {m['std']:.2f}" if m["n"] else "–"  # noqa: E731
             lines.append(f"| {s} | {seeds} | {reached}/{len(runs[s])} | {absolute['mean']:.0f} ± {absolute['std']:.0f} | "
-                         f"{cell(ratios['rollouts'])} | {cell(ratios['tokens'])} | {cell(ratios['seconds'])} |")
+                         f"{cell(ratios['rollouts'])} | {cell(ratios['tokens'])} | "
+                         f"{cell(ratios['seconds'])}{' ' + kind if ratios['seconds']['n'] else ''} |")
             rows.append({"target": target, "strategy": s, "seeds": seeds, "reached": reached, "per_seed": v,
-                         "ratios": ratios, "rollouts": absolute})
+                         "ratios": ratios, "seconds_kind": kind, "rollouts": absolute})
         lines.append("")
     lines += ["### Final held-out accuracy and prompts per step", "", "| strategy | final held-out (mean ± sd) | prompts per step, seed by seed |",
               "|---|---:|---|"]

@@ -18,7 +18,8 @@ pass rates of a probe of training prompts are spread.
 ``run`` runs ``lit-rlvr fit --config <config> --config configs/methods/<strategy>.yaml
 --config budget.yaml ...`` in ``<out>/<strategy>_seed<S>``, ``--jobs`` at a time in as many
 long-lived worker processes (one thread each; ``lit_rlvr.bench.fit_worker``). ``budget.yaml``
-repeats the method's callbacks and appends ``SelectionTimer``,
+puts ``CpuClock`` first (``time/cpu_s``: CPU seconds of each training step, the fit's process and its reward
+workers; ``lit_rlvr.bench.cpu_clock``), repeats the method's callbacks and appends ``SelectionTimer``,
 ``RolloutEval`` (greedy pass@1 on the training and held-out prompts every
 ``--eval-every-rollouts``), ``RolloutBudget`` (stops once the cumulative rollouts generated
 reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
@@ -29,7 +30,8 @@ beside the result file as ``<strategy>_seed<S>.groups.csv`` for ``lit-rlvr repor
 
 ``run`` is resumable: every run that exits cleanly writes its result file
 ``<results>/<strategy>_seed<S>.json`` (``lit_rlvr.bench.results``: the evaluations' accuracies
-against rollouts and training seconds, groups with variance, wall time; ``--results``, default
+against rollouts and training seconds (wall, and CPU: ``train_cpu_seconds``), groups with variance, wall time,
+``cpu_seconds`` of the whole fit and its reward workers, the load averages at its start and end; ``--results``, default
 ``docs/results/bench_real/<config name>`` for the default ``--out``, ``<out>/results`` otherwise), and ``run``
 skips every (strategy, seed) whose file is there with the same settings (hashes of the parsed config and method layers,
 budget, evaluation spacing, policy), so a grid can be run a few cells at a time
@@ -171,7 +173,8 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
     callbacks = []
     for layer in layers:  # a later layer's callback list replaces an earlier one's, as in LightningCLI
         callbacks = list((load_config(layer).get("trainer") or {}).get("callbacks") or callbacks)
-    callbacks += [
+    # CpuClock first: a step's CPU seconds run from its first hook to before the evaluation (cpu_clock's docstring)
+    callbacks = [{"class_path": "lit_rlvr.bench.cpu_clock.CpuClock"}] + callbacks + [
         {"class_path": "lit_rlvr.bench.timing.SelectionTimer"},
         {"class_path": "lit_rlvr.bench.rollout_eval.RolloutEval",
          "init_args": {"every_n_rollouts": args.eval_every_rollouts, "prompts": list(args.eval_prompts)}},
@@ -277,11 +280,11 @@ def run(args) -> None:
                 name = f"{strategy}_seed{seed}"
                 resumed[name] = checkpoint_step(ckpt)
                 print(f"{name}: resuming from {ckpt} (step {resumed[name]})", flush=True)
-            futures[pool.submit(rd, argv, append=ckpt is not None)] = (strategy, seed, rd)
+            futures[pool.submit_measured(rd, argv, append=ckpt is not None)] = (strategy, seed, rd)
         for done in as_completed(futures):
             strategy, seed, rd = futures[done]
             name = f"{strategy}_seed{seed}"
-            rc, seconds = done.result()
+            rc, seconds, usage = done.result()
             times[name] = round(seconds, 1)
             times_path.write_text(json.dumps(times, indent=2))
             print(f"{name}: rc {rc}, {seconds:.1f} s", flush=True)
@@ -300,7 +303,8 @@ def run(args) -> None:
             result = summarize_run(run_.metrics, strategy, seed, settings[strategy], seconds)
             result["torch_threads"] = threads  # seconds compare only at equal threads (not part of the settings)
             result["jobs"] = args.jobs
-            if name in resumed:  # wall_seconds is then the last attempt's
+            result.update(usage)  # cpu_seconds of the fit and its reward workers; the load at its start and end
+            if name in resumed:  # wall_seconds and cpu_seconds are then the last attempt's
                 result["resumed_at_step"] = resumed[name]
             path = write_result(results, result)
             for sel in run_.selection_paths[:1]:  # the heatmap's input, committed beside the result file

@@ -12,7 +12,8 @@ Two subcommands, each printing markdown and, with ``--save``, writing JSON:
     python benchmarks/regime_b_tables.py --config configs/bench/smollm2.yaml persistence \
         docs/results/bench_real/smollm2/grpo_seed0.selection.csv
 
-    # one row per cell of a grid: rollouts to each target, final accuracy, steps, wall seconds, the run's
+    # one row per cell of a grid: rollouts to each target, final accuracy, steps, wall and CPU seconds of the
+    # whole fit (CPU: user + system of the fit and its reward workers, '–' in files before 2026-12-06), the run's
     # gradient noise scale (GRPO cells) and f, the share of generated groups with reward variance
     python benchmarks/regime_b_tables.py cells docs/results/bench_real/smollm2_mixed_g32 --targets 0.5 0.6
 
@@ -173,8 +174,8 @@ def cells(args) -> dict:
     runs.sort(key=lambda r: (order.get(r.strategy, len(order)), r.strategy, int(r.seed)))
     head = "| cell | " + " | ".join(f"rollouts to {t:.2f}" if i == 0 else f"to {t:.2f}"
                                    for i, t in enumerate(args.targets))
-    print(head + " | held-out at the end | optimizer steps | wall s | B_noise | f |")
-    print("|---|" + "---:|" * (len(args.targets) + 5))
+    print(head + " | held-out at the end | optimizer steps | wall s | CPU s | B_noise | f |")
+    print("|---|" + "---:|" * (len(args.targets) + 6))
     rows = []
     for r in runs:
         res, df = r.result, r.metrics.dropna(subset=[args.metric])
@@ -188,12 +189,14 @@ def cells(args) -> dict:
         b = f"{noise.b_noise:.1f} ± {noise.b_noise_se:.1f}" if noise and math.isfinite(noise.b_noise) else "–"
         row = {"strategy": r.strategy, "seed": int(r.seed), "rollouts_to": dict(zip(map(str, args.targets), reach)),
                "final": float(y[-1]), "steps": int(res["steps"]), "wall_seconds": float(res["wall_seconds"]),
+               "cpu_seconds": res.get("cpu_seconds"),  # the fit and its reward workers; files from 2026-12-06 on
                "b_noise": noise.b_noise if noise else None, "b_noise_se": noise.b_noise_se if noise else None,
                "variance_share": share}
         rows.append(row)
         reached = " | ".join(fmt_count(v) if math.isfinite(v) else "not reached" for v in reach)
         print(f"| {r.strategy}, seed {r.seed} | {reached} | {row['final']:.3f} | {row['steps']} | "
-              f"{fmt_count(row['wall_seconds'])} | {b} | {share:.2f} |")
+              f"{fmt_count(row['wall_seconds'])} | {'–' if row['cpu_seconds'] is None else fmt_count(row['cpu_seconds'])} | "
+              f"{b} | {share:.2f} |")
     return {"results": str(args.results), "metric": args.metric, "cells": rows}
 
 

@@ -66,6 +66,22 @@ def run_fit(run_dir: str | Path, argv: Sequence[str], log_name: str = "fit.log",
     return rc, time.perf_counter() - t0
 
 
+def run_fit_measured(run_dir: str | Path, argv: Sequence[str], log_name: str = "fit.log",
+                     append: bool = False) -> tuple[int, float, dict]:
+    """``run_fit``, and what the fit cost: (exit status, wall seconds, usage).
+
+    ``usage``: ``cpu_seconds``, user + system of this process and every process it started during the fit
+    (reward workers included; ``lit_rlvr.bench.cpu_clock.tree_cpu_seconds``, evaluations included), and the
+    machine's load averages at the start and the end (``load_start``, ``load_end``: 1, 5, 15 minutes).
+    """
+    from lit_rlvr.bench.cpu_clock import load_average, tree_cpu_seconds
+
+    load_start, cpu0 = load_average(), tree_cpu_seconds()
+    rc, seconds = run_fit(run_dir, argv, log_name, append)
+    usage = {"cpu_seconds": round(tree_cpu_seconds() - cpu0, 2), "load_start": load_start, "load_end": load_average()}
+    return rc, seconds, usage
+
+
 def _die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this worker when the process that started it dies.
 
@@ -108,6 +124,10 @@ class FitPool:
     def submit(self, run_dir: str | Path, argv: Sequence[str], append: bool = False) -> Future:
         """A future of ``run_fit(run_dir, argv, append=append)``'s (exit status, seconds)."""
         return self._pool.submit(run_fit, str(run_dir), list(argv), "fit.log", append)
+
+    def submit_measured(self, run_dir: str | Path, argv: Sequence[str], append: bool = False) -> Future:
+        """A future of ``run_fit_measured(run_dir, argv, append=append)``'s (exit status, seconds, usage)."""
+        return self._pool.submit(run_fit_measured, str(run_dir), list(argv), "fit.log", append)
 
     def __enter__(self) -> "FitPool":
         return self

@@ -22,9 +22,10 @@ report over run folders. The oracle row is Dynamic Sampling in hindsight
 it needs result files that record ``rollouts_effective`` per evaluation (written since
 2026-12-01, format 1 files of the first GRPO curves lack it).
 
-Time to target is the training seconds (rollout + reward + update, evaluations excluded) at
-which the accuracy first reaches the target, interpolated like the rollouts. The runs of one
-grid may have run at different machine loads: read the seconds as a rough ratio.
+Time to target is the training seconds (evaluations excluded) at which the accuracy first reaches
+the target, interpolated like the rollouts: CPU seconds (user + system, the fit and its reward
+workers) for result files that record them (from 2026-12-06 on), wall seconds (rollout + reward +
+update) for older files, which swing with the machine's load; every seconds cell says which.
 """
 
 from __future__ import annotations
@@ -42,11 +43,15 @@ from lit_rlvr.bench.results import load_results
 from lit_rlvr.bench.step_readouts import steps_table
 from lit_rlvr.bench.stats import fmt_target, jsonable, paired_ratios, pm, stat
 
-__all__ = ["grid_table", "make_results_report", "runs_from_results", "seconds_to_target"]
+__all__ = ["grid_table", "honest_seconds_to_target", "make_results_report", "runs_from_results", "seconds_to_target"]
 
 TRAIN_SECONDS = "bench/train_seconds"
+TRAIN_CPU_SECONDS = "bench/train_cpu_seconds"
 TOKENS = "cumulative/tokens_generated"
 REFERENCES = ("dynamic_sampling", "grpo")
+TUNED = ("grpo_tuned", "grpo+b2")
+"""Tuned GRPO (configs/methods/grpo_tuned.yaml: 2 prompts, G = 8, beta2 scaled): the first of these names with
+result files is the tuned reference; ``grpo+b2`` is the same setting run as a labelled variant (regime B)."""
 
 
 def selection_csv_path(results: str | Path, strategy: str, seed: int) -> Path:
@@ -58,6 +63,8 @@ def _frame(result: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for e in result.get("evals", []):
         row = {"step": e["step"], rep.CUM_GEN: e["rollouts"], TRAIN_SECONDS: e.get("train_seconds")}
+        if e.get("train_cpu_seconds") is not None:
+            row[TRAIN_CPU_SECONDS] = e["train_cpu_seconds"]
         if e.get("rollouts_effective") is not None:
             row[rep.CUM_EFF] = e["rollouts_effective"]
         if e.get("tokens_generated") is not None:
@@ -94,6 +101,30 @@ def seconds_to_target(run: rep.Run, target: float, metric: str) -> float:
     return cumulative_at_target(run, target, metric, TRAIN_SECONDS)
 
 
+def honest_seconds_to_target(run: rep.Run, target: float, metric: str) -> tuple[float, str]:
+    """(seconds to target, "CPU" or "wall"): CPU seconds where the result file has them (written from
+    2026-12-06 on: the fit and its reward workers, ``lit_rlvr.bench.cpu_clock``), else wall training seconds."""
+    if TRAIN_CPU_SECONDS in run.metrics and run.metrics[TRAIN_CPU_SECONDS].notna().any():
+        return cumulative_at_target(run, target, metric, TRAIN_CPU_SECONDS), "CPU"
+    return seconds_to_target(run, target, metric), "wall"
+
+
+def kind_ratios(per_seed: dict[str, tuple[float, str]], ref: dict[str, tuple[float, str]]) -> tuple[dict[str, float], str]:
+    """Per-seed seconds ratios paired only where both cells measured the same seconds, and which ("CPU",
+    "wall", "CPU+wall" when the seeds differ; "" when no seed pairs): a CPU-to-wall ratio means nothing."""
+    ratios, kinds = {}, set()
+    for seed, (value, kind) in per_seed.items():
+        if seed in ref and ref[seed][1] == kind:
+            ratios[seed] = value / ref[seed][0] if ref[seed][0] and math.isfinite(ref[seed][0]) else math.nan
+            kinds.add(kind)
+    return ratios, "+".join(sorted(kinds))
+
+
+def tuned_reference(strategies) -> Optional[str]:
+    """The tuned GRPO among ``strategies`` (``TUNED``'s first present name), None if none."""
+    return next((t for t in TUNED if t in strategies), None)
+
+
 def grid_table(runs: Sequence[rep.Run], strategies: Sequence[str], seeds: Sequence[int]) -> str:
     """Markdown: requested strategies (rows, plus any other that has files) × seeds, ``done`` / ``missing``."""
     have = {(r.strategy, r.seed) for r in runs}
@@ -114,49 +145,78 @@ def _variance_per_1k(run: rep.Run) -> float:
 
 
 def results_table(runs: Sequence[rep.Run], target: float, metric: str, order: Sequence[str] = ()) -> tuple[str, dict[str, Any]]:
-    """The benchmark table at one target and the per-strategy numbers behind it."""
-    summary = rep.summarize(runs, target, metric, REFERENCES)
+    """The benchmark table at one target and the per-strategy numbers behind it.
+
+    Ratios are paired by seed against default GRPO, Dynamic Sampling and, where it has result files, tuned GRPO
+    (``TUNED``). Seconds are CPU seconds where a file has them and wall seconds otherwise; each seconds cell says
+    which, and a ratio pairs only seeds whose two files measured the same kind.
+    """
+    tuned = tuned_reference({r.strategy for r in runs})
+    references = REFERENCES + ((tuned,) if tuned else ())
+    summary = rep.summarize(runs, target, metric, references)
+    summary["tuned"] = tuned
     target = summary["target"]
     per_time, per_tokens, per_var = {}, {}, {}
     for r in runs:
-        per_time.setdefault(r.strategy, {})[r.seed] = seconds_to_target(r, target, metric)
+        per_time.setdefault(r.strategy, {})[r.seed] = honest_seconds_to_target(r, target, metric)
         per_tokens.setdefault(r.strategy, {})[r.seed] = cumulative_at_target(r, target, metric, TOKENS)
         per_var.setdefault(r.strategy, {})[r.seed] = _variance_per_1k(r)
     strategies = summary["strategies"]
+    seconds_refs = [ref for ref in ("grpo", tuned) if ref]
     for name, e in strategies.items():
-        e["seconds_to_target"] = stat(list(per_time[name].values()))
+        kinds = sorted({k for _, k in per_time[name].values()})
+        e["seconds_kind"] = "+".join(kinds)
+        e["seconds_to_target"] = stat([v for v, _ in per_time[name].values()])
         e["tokens_to_target"] = stat(list(per_tokens[name].values()))
-        if "grpo" in per_time:
-            e["seconds_vs_grpo"] = stat(paired_ratios(per_time[name], per_time["grpo"]))
-            e["tokens_vs_grpo"] = stat(paired_ratios(per_tokens[name], per_tokens["grpo"]))
+        for ref in seconds_refs:
+            if ref in per_time:
+                key = "grpo" if ref == "grpo" else "tuned"
+                ratios, kind = kind_ratios(per_time[name], per_time[ref])
+                e[f"seconds_vs_{key}"] = stat(list(ratios.values()))
+                e[f"seconds_vs_{key}_kind"] = kind
+                e[f"tokens_vs_{key}"] = stat(paired_ratios(per_tokens[name], per_tokens[ref]))
         e["variance_per_1k"] = stat(list(per_var[name].values()))
     with_tokens = any(TOKENS in r.metrics for r in runs)  # files written before tokens were recorded have none
     names = [n for n in order if n in strategies] + sorted(
         (n for n in strategies if n not in order),
         key=lambda n: (math.isnan(strategies[n]["rollouts_to_target"]["mean"]), strategies[n]["rollouts_to_target"]["mean"]))
-    refs = [r for r in REFERENCES if r in strategies]
-    head = ["strategy", "seeds", f"rollouts to ≥ {fmt_target(target)}"] + [f"× {r}" for r in refs]
-    head += ["tokens to target", "× grpo (tokens)"] if with_tokens else []
-    head += ["train s to target", "× grpo (time)", "groups with variance / 1k rollouts", "final accuracy"]
+    refs = [r for r in references if r in strategies]
+    label = {r: (f"tuned ({r})" if r == tuned else r) for r in refs}
+    keys = [k for k, ref in (("grpo", "grpo"), ("tuned", tuned)) if ref and ref in strategies]
+    tag = {"grpo": "grpo", "tuned": "tuned"}
+    head = ["strategy", "seeds", f"rollouts to ≥ {fmt_target(target)}"] + [f"× {label[r]}" for r in refs]
+    head += (["tokens to target"] + [f"× {tag[k]} (tokens)" for k in keys]) if with_tokens else []
+    head += ["train s to target (CPU or wall)"] + [f"× {tag[k]} (s)" for k in keys]
+    head += ["groups with variance / 1k rollouts", "final accuracy"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for n in names:
         e = strategies[n]
         reach = pm(e["rollouts_to_target"], "", count=True)
         if e["reached"] < e["runs"]:
             reach += f" ({e['reached']}/{e['runs']} reached)"
-        label = f"{n} (limit, hindsight)" if n == summary.get("oracle") else n
-        row = [label, str(e["runs"]), reach] + [pm(e.get(f"vs_{r}"), ".2f") for r in refs]
+        row_label = f"{n} (limit, hindsight)" if n == summary.get("oracle") else n
+        row = [row_label, str(e["runs"]), reach] + [pm(e.get(f"vs_{r}"), ".2f") for r in refs]
         oracle = n == summary.get("oracle")  # its seconds and groups are Dynamic Sampling's own
         if with_tokens:
-            row += ["–" if oracle else pm(e["tokens_to_target"], ",.0f", count=True), "–" if oracle else pm(e.get("tokens_vs_grpo"), ".2f")]
-        row += ["–" if oracle else pm(e["seconds_to_target"], ".0f"), "–" if oracle else pm(e.get("seconds_vs_grpo"), ".2f"),
-                "–" if oracle else pm(e["variance_per_1k"], ".1f"), pm(e["final_accuracy"], ".3f")]
+            row += ["–" if oracle else pm(e["tokens_to_target"], ",.0f", count=True)]
+            row += ["–" if oracle else pm(e.get(f"tokens_vs_{k}"), ".2f") for k in keys]
+
+        def seconds(st, kind):
+            text = pm(st, ".0f" if st is e["seconds_to_target"] else ".2f")
+            return text if text == "–" or not kind else f"{text} {kind}"
+        row += ["–" if oracle else seconds(e["seconds_to_target"], e["seconds_kind"])]
+        row += ["–" if oracle else seconds(e.get(f"seconds_vs_{k}"), e.get(f"seconds_vs_{k}_kind", "")) for k in keys]
+        row += ["–" if oracle else pm(e["variance_per_1k"], ".1f"), pm(e["final_accuracy"], ".3f")]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", f"{metric}: rollouts to target are the cumulative rollouts generated when it first reaches "
               f"{fmt_target(target)} (linear between evaluations), mean ± std over seeds; × columns are per-seed "
               "ratios on the same seed (lower is better); a run that never reaches the target is left out of its "
-              "strategy's mean and counted in '(k/n reached)'. Train seconds: rollout + reward + update up to the "
-              "target, evaluations excluded." + (" Tokens: completion tokens generated up to the target, pruned rollouts' "
+              "strategy's mean and counted in '(k/n reached)'. Train seconds: up to the target, evaluations excluded; "
+              "CPU: user + system seconds of the fit and its reward workers (files from 2026-12-06 on), wall: rollout + "
+              "reward + update wall seconds (older files; they swing with the machine's load); a seconds ratio pairs "
+              "only seeds whose two files measured the same kind."
+              + (f" tuned = {tuned} (tuned GRPO: 2 prompts, G = 8, Adam's beta2 scaled)." if tuned else "")
+              + (" Tokens: completion tokens generated up to the target, pruned rollouts' "
               "partial tokens included ('–' for files written before tokens were recorded)." if with_tokens else "")]
     return "\n".join(lines) + "\n", summary
 

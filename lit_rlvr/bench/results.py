@@ -14,7 +14,11 @@ grid can be spread over several sessions and its results committed as they come.
   accuracies logged (``train_prompts/pass@1``, ``heldout_prompts/pass@1``).
 - ``groups``: totals over the training steps (groups generated, all-right, all-wrong, rollouts
   generated) and groups with reward variance per 1,000 rollouts.
-- ``wall_seconds`` of the whole fit, ``steps``, ``rollouts_generated``.
+  From 2026-12-06 on, each evaluation also has ``train_cpu_seconds``: the CPU seconds (user + system) of
+  the fit's process and its reward workers inside those training steps (``lit_rlvr.bench.cpu_clock``).
+- ``wall_seconds`` of the whole fit, ``steps``, ``rollouts_generated``; from 2026-12-06 on, ``cpu_seconds`` of the
+  whole fit (evaluations included) with its reward workers, and ``load_start`` / ``load_end`` (the machine's
+  1, 5, 15 minute load averages). Older files have wall seconds only.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any, Callable, Optional
 
 EVAL_METRICS = ("train_prompts/pass@1", "heldout_prompts/pass@1")
 TIME_COLUMNS = ("time/rollout_s", "time/reward_s", "time/update_s")
+CPU_COLUMN = "time/cpu_s"  # lit_rlvr.bench.cpu_clock.CpuClock: CPU seconds of a step, fit and reward workers
 GROUP_COLUMNS = ("groups/generated", "groups/solve_all", "groups/solve_none", "rollouts/generated")
 CUM_GEN = "cumulative/rollouts_generated"
 CUM_EFF = "cumulative/rollouts_effective"
@@ -98,8 +103,11 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
     train_gen = (train[CUM_GEN] if CUM_GEN in train else cum_gen[train.index]).to_numpy(dtype=float)
     train_time = train[times].fillna(0.0).sum(axis=1).to_numpy(dtype=float) if times else train_gen * 0.0
 
-    def seconds_at(rollouts: float) -> float:
-        return float(train_time[train_gen <= rollouts + 1e-9].sum())
+    train_cpu = train[CPU_COLUMN].to_numpy(dtype=float) if CPU_COLUMN in train else None
+
+    def seconds_at(rollouts: float, per_step=train_time) -> float:
+        within = per_step[train_gen <= rollouts + 1e-9]
+        return float(within[~pd.isna(within)].sum())
     evals = []
     # the mix's metrics, then any per-part ones (RolloutEval's <metric>/<part> on a mixed source)
     present = [m for m in EVAL_METRICS if m in df]
@@ -107,6 +115,8 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
     for i in df.index[df[present].notna().any(axis=1)] if present else []:
         step = int(df.at[i, "step"])
         row = {"step": step, "rollouts": _num(cum_gen.at[i]), "train_seconds": round(seconds_at(float(cum_gen.at[i])), 3)}
+        if train_cpu is not None:
+            row["train_cpu_seconds"] = round(seconds_at(float(cum_gen.at[i]), train_cpu), 3)
         if effective_at is not None:
             row["rollouts_effective"] = effective_at(float(cum_gen.at[i]))
         if tokens_at is not None:

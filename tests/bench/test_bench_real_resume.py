@@ -41,10 +41,11 @@ def _env() -> dict:
 
 def _result(out: Path) -> dict:
     res = json.loads((out / "results" / "grpo_seed0.json").read_text())
-    for key in ("wall_seconds", "resumed_at_step"):
+    for key in ("wall_seconds", "resumed_at_step", "cpu_seconds", "load_start", "load_end"):  # times and load
         res.pop(key, None)
     for e in res["evals"]:
         e.pop("train_seconds")
+        e.pop("train_cpu_seconds")  # recorded in every evaluation (cpu_clock.CpuClock)
     return res
 
 

@@ -32,6 +32,7 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
         rd = out / f"{strategy}_seed0"
         callbacks = [c["class_path"].rsplit(".", 1)[1] for c in yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]]
         assert callbacks[-4:] == ["SelectionTimer", "RolloutEval", "RolloutBudget", "SelectionRecorder"]
+        assert callbacks[0] == "CpuClock"  # first: a step's CPU seconds include its selection hooks
         assert ("GRESO" in callbacks) == (strategy == "greso")
         (metrics,) = rd.glob("csv/version_*/metrics.csv")
         rows = [r for r in csv.DictReader(metrics.open()) if r.get("rollouts/generated")]
@@ -52,6 +53,9 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
         res = json.loads((out / "results" / f"{strategy}_seed0.json").read_text())
         assert res["strategy"] == strategy and res["settings"]["budget"] == 8 and res["rollouts_generated"] >= 8
         assert len(res["evals"]) >= 2 and all("heldout_prompts/pass@1" in e for e in res["evals"])
+        cpu = [e["train_cpu_seconds"] for e in res["evals"]]  # the fit's and its reward workers' CPU seconds
+        assert cpu == sorted(cpu) and 0 < cpu[-1] <= res["cpu_seconds"]
+        assert len(res["load_start"]) == len(res["load_end"]) == 3
     # resumable: a second `run` skips what is done and runs nothing
     again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_real.py"), "--config", str(config), "--out", str(out),
                             "run", "--only", "greso", "grpo", "--seeds", "0", "--budget", "8"],
@@ -115,7 +119,8 @@ def test_a_benchmark_override_layers_on_the_method_config_and_changes_its_settin
     # budget.yaml repeats the override's callbacks (the last layer's list), then appends the benchmark's
     import yaml
 
-    callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
+    clock, *callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
+    assert clock == {"class_path": "lit_rlvr.bench.cpu_clock.CpuClock"}  # first: the step's CPU seconds
     assert callbacks[0]["init_args"] == {"detect_tokens": 4, "cold_start_steps": 3}
     assert [c["class_path"].rsplit(".", 1)[1] for c in callbacks[1:]] == ["SelectionTimer", "RolloutEval", "RolloutBudget", "SelectionRecorder"]
     assert callbacks[2]["init_args"] == {"every_n_rollouts": 64, "prompts": ["train", "val"]}
@@ -149,7 +154,7 @@ def test_a_variant_layers_its_own_file_after_the_method_and_its_override(tmp_pat
     rd, argv, _ = bench._fit_args(args, "leeps+refresh5", 0, None)
     assert rd.name == "leeps+refresh5_seed0" and str(variant) in argv
     callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
-    assert callbacks[0] == {"class_path": "lit_rlvr.callbacks.LEEPS", "init_args": {"refresh_every": 5}}
+    assert callbacks[1] == {"class_path": "lit_rlvr.callbacks.LEEPS", "init_args": {"refresh_every": 5}}  # after CpuClock
     with pytest.raises(SystemExit, match="unknown strategy"):
         bench.method_configs(str(config), "nope+x")
 

@@ -123,3 +123,39 @@ def test_bench_real_report_reads_the_result_files(results, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "**missing**" in out and "rollouts to ≥ 0.50" in out
     assert (tmp_path / "runs" / "report_results" / "table.md").is_file()
+
+
+def _with_cpu(result, cpu_per_eval):
+    for i, e in enumerate(result["evals"]):
+        e["train_cpu_seconds"] = i * cpu_per_eval
+    return result
+
+
+def test_seconds_are_cpu_where_files_have_them_and_marked_wall_where_not(tmp_path):
+    d = tmp_path / "results"
+    write_result(d, _with_cpu(_result("grpo", 0, [0.1, 0.3, 0.5]), 4.0))  # 0.5 at 2 evals: 20 s wall, 8 s CPU
+    write_result(d, _with_cpu(_result("mopps", 0, [0.1, 0.5, 0.5], seconds_per_eval=30.0), 2.0))  # 30 s wall, 2 s CPU
+    write_result(d, _result("pods", 0, [0.1, 0.5, 0.5]))  # an older file: wall seconds only
+    rep = make_results_report(d, tmp_path / "out", targets=[0.5], strategies=["grpo", "mopps", "pods"], seeds=[0])
+    s = rep["summaries"][0]["strategies"]
+    assert s["grpo"]["seconds_to_target"]["mean"] == pytest.approx(8) and s["grpo"]["seconds_kind"] == "CPU"
+    assert s["mopps"]["seconds_vs_grpo"]["mean"] == pytest.approx(0.25)  # CPU: 2 / 8 (wall would say 1.5)
+    assert s["pods"]["seconds_kind"] == "wall" and s["pods"]["seconds_to_target"]["mean"] == pytest.approx(10)
+    assert s["pods"]["seconds_vs_grpo"]["n"] == 0  # wall against CPU: no ratio
+    table = rep["tables"][0]
+    assert "train s to target (CPU or wall)" in table
+    assert "| 8 CPU | 1.00 CPU |" in table and "| 2 CPU | 0.25 CPU |" in table and "| 10 wall | – |" in table
+
+
+def test_every_ratio_also_against_tuned_grpo(tmp_path):
+    d = tmp_path / "results"
+    write_result(d, _with_cpu(_result("grpo", 0, [0.1, 0.3, 0.5]), 4.0))  # 0.5 at 128 rollouts
+    write_result(d, _with_cpu(_result("grpo+b2", 0, [0.1, 0.5, 0.5], tokens_per_eval=100), 6.0))  # at 64
+    write_result(d, _with_cpu(_result("dps+b2", 0, [0.1, 0.4, 0.5], per_eval=16), 3.0))  # at 32
+    rep = make_results_report(d, tmp_path / "out", targets=[0.5], strategies=["grpo", "grpo+b2", "dps+b2"], seeds=[0])
+    summary = rep["summaries"][0]
+    s = summary["strategies"]
+    assert summary["tuned"] == "grpo+b2"
+    assert s["dps+b2"]["vs_grpo"]["mean"] == pytest.approx(0.25) and s["dps+b2"]["vs_grpo+b2"]["mean"] == pytest.approx(0.5)
+    assert s["dps+b2"]["seconds_vs_tuned"]["mean"] == pytest.approx(1.0)  # 6 CPU s against 6
+    assert "× tuned (grpo+b2)" in rep["tables"][0] and "× tuned (s)" in rep["tables"][0]
