@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BASES = [ROOT / "configs" / "tiny.yaml", ROOT / "configs" / "quickstart.yaml"]
 METHODS = sorted((ROOT / "configs" / "methods").glob("*.yaml"))
 GPU = sorted((ROOT / "configs" / "gpu").glob("*.yaml"))
+PLAIN = ("grpo", "grpo_tuned")  # method configs without a selector
 OTHER = sorted(set((ROOT / "configs").rglob("*.yaml")) - set(BASES) - set(METHODS) - set(GPU))
 
 
@@ -33,7 +34,7 @@ def test_base_configs_parse(capsys, base):
 @pytest.mark.parametrize("base", BASES, ids=lambda p: p.name)
 def test_method_configs_compose_with_each_base(capsys, base, method):
     out = _print_config(capsys, base, method)
-    if method.stem != "grpo":
+    if method.stem not in PLAIN:
         assert "lit_rlvr.callbacks." in out
 
 
@@ -62,7 +63,7 @@ def test_method_configs_instantiate_their_selectors():
         cli = LitRLVRCLI(GRPOModule, PromptDataModule, run=False, parser_kwargs={"parser_mode": "omegaconf"},
                          args=["--config", str(BASES[0]), "--config", str(method), "--trainer.logger=false"])
         selectors = [cb for cb in cli.trainer.callbacks if isinstance(cb, SelectionCallback)]
-        assert (len(selectors) == 0) == (method.stem == "grpo"), method.name
+        assert (len(selectors) == 0) == (method.stem in PLAIN), method.name
 
 
 def test_unknown_key_fails_naming_it(capsys):

@@ -1,0 +1,48 @@
+"""configs/methods/grpo_tuned.yaml: tuned GRPO (2 prompts, G = 8, beta2 scaled) composes with tiny and quick-start."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_rlvr.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TUNED = ROOT / "configs" / "methods" / "grpo_tuned.yaml"
+B2 = ROOT / "configs" / "bench" / "smollm2_mixed_methods" / "grpo+b2.yaml"
+
+
+def _config(capsys, base: str) -> dict:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(ROOT / "configs" / base), "--config", str(TUNED), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("base", ["tiny.yaml", "quickstart.yaml"])
+def test_tuned_grpo_composes_with_each_base(capsys, base):
+    cfg = _config(capsys, base)
+    model, data = (cfg[k].get("init_args", cfg[k]) for k in ("model", "data"))
+    assert data["batch_size"] == 2 and model["rollout"]["num_generations"] == 8
+    assert model["optimizer"]["betas"] == [0.9, 0.99749]
+    assert not cfg["trainer"].get("callbacks")  # plain GRPO: no selector
+
+
+def test_tuned_grpo_is_the_setting_of_the_committed_quarter_batch_cells():
+    tuned, b2 = yaml.safe_load(TUNED.read_text()), yaml.safe_load(B2.read_text())
+    assert tuned["data"] == b2["data"] and tuned["model"]["optimizer"] == b2["model"]["optimizer"]
+    assert tuned["model"]["optimizer"]["betas"][1] == pytest.approx(0.99 ** 0.25, abs=1e-6)
+
+
+def test_the_predictions_and_ratios_come_from_the_committed_records():
+    from tests.benchmark_scripts import load_benchmark
+
+    mod = load_benchmark("tuned_grpo")
+    p = mod.predictions()
+    rows = {r["method"]: r for r in p["rows"]}
+    f2 = p["tuned"]["f"]
+    assert abs(f2 - 0.217) < 0.001  # tuned GRPO's informative share, 360 steps of its noise rows
+    dps = rows["dps+b2"]
+    assert dps["point"] == pytest.approx(f2 / mod.share("smollm2_mixed", "dps"))  # x = 0: f / f'
+    assert all(r["low"] <= r["point"] <= r["high"] for r in p["rows"] if r["point"] == r["point"])
+    assert "| B | 0.50 | grpo | 2.10 ± 0.08 (3) | 2.18 ± 0.06 |" in mod.ratios()
