@@ -3,7 +3,8 @@
 Follows the released code (databricks/pilot-commit, Apache-2.0, commit 6def20e):
 
 * ``band_of``: ``RayPCTrainer.filter_batch`` (recipe/pc/pc_ray_trainer.py lines 312-319): a pilot
-  with mean accuracy in [low, high] passes, above ``high`` it is too easy, below ``low`` too hard.
+  with mean accuracy in [low, high] passes, above ``high`` it is too easy ("too_correct" there),
+  below ``low`` too hard ("too_incorrect").
 * ``pilot_stats``: the per-prompt mean and population standard deviation of the pilot's
   correctness (recipe/pc/replay_buffer.py lines 53-62, ``np.mean`` / ``np.std``).
 * ``PilotBuffer.add``: ``ReplayBuffer.add`` (replay_buffer.py lines 46-68): keyed by prompt, a
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any, Collection, Optional, Sequence
 
 import numpy as np
@@ -32,7 +34,15 @@ import torch
 
 from lit_rlvr.selection_toolkit import gather_rows, require_keys
 
-KEEP, TOO_EASY, TOO_HARD = "keep", "too_correct", "too_incorrect"
+
+
+class Band(str, Enum):
+    """Where a pilot's accuracy falls; the values are the metric names."""
+
+    KEEP = "passed"
+    TOO_EASY = "too_easy"
+    TOO_HARD = "too_hard"
+
 SAMPLING = ("max_variance", "random")
 """``buffer_sampling`` choices: the released ``buffer_sampling_method`` values this implements."""
 
@@ -43,16 +53,16 @@ def pilot_stats(correct: Sequence[float]) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values))
 
 
-def band_of(mean: float, low: float, high: float) -> str:
+def band_of(mean: float, low: float, high: float) -> Band:
     """``KEEP`` for low <= mean <= high, ``TOO_EASY`` above high, ``TOO_HARD`` below low."""
     if low <= mean <= high:
-        return KEEP
-    return TOO_EASY if mean > high else TOO_HARD
+        return Band.KEEP
+    return Band.TOO_EASY if mean > high else Band.TOO_HARD
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BufferEntry:
-    """One piloted prompt waiting for its commit."""
+    """One piloted prompt waiting for its commit (``payload`` None while its pilot is still rows of the current step)."""
 
     prompt_id: int
     step: int
@@ -64,8 +74,6 @@ class BufferEntry:
     count: int
     owner: int = 0
     """Rank that piloted it: only that rank commits it (every rank holds every entry)."""
-    pool_index: int = -1
-    """>= 0 while its pilot rows are rows of the current step (not stored yet); −1 once stored."""
     payload: Optional[dict[str, Any]] = None
     """The stored pilot: ``prompt`` (id, messages, answer, metadata, solution), ``prompt_token_ids``,
     ``completions`` (token ids, log-probs, finish reason, text), ``rewards``, ``components``."""
@@ -141,7 +149,9 @@ class PilotBuffer:
 
     def load_state_dict(self, state: dict[str, Any], owner: str = "PilotBuffer") -> None:
         require_keys(owner, state, ["entries", "excluded_ids", "excluded_epochs"])
-        self.entries = {int(e["prompt_id"]): BufferEntry(**e) for e in state["entries"]}
+        legacy = ("pool_index",)  # checkpoints before 2026-12-06 (always −1 there: stored)
+        self.entries = {int(e["prompt_id"]): BufferEntry(**{k: v for k, v in e.items() if k not in legacy})
+                        for e in state["entries"]}
         ids, epochs = state["excluded_ids"].tolist(), state["excluded_epochs"].tolist()
         self.excluded = {int(i): int(e) for i, e in zip(ids, epochs)}
 

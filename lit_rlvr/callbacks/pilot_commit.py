@@ -38,7 +38,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lit_rlvr.callbacks.pilot_buffer import KEEP, SAMPLING, TOO_EASY, BufferEntry, PilotBuffer, band_of, gather_objects, pilot_stats
+from lit_rlvr.callbacks.pilot_buffer import SAMPLING, Band, BufferEntry, PilotBuffer, band_of, gather_objects, pilot_stats
 from lit_rlvr.callbacks.pilot_buffer import truncated_importance_weights
 from lit_rlvr.selection import PromptSelector, RolloutAllocator, RolloutFilter, SelectionCallback, TokenWeighter
 from lit_rlvr.selection_host import SelectionHost
@@ -131,11 +131,12 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
         self._pilot_round: dict[int, int] = {}  # pool index -> round it was piloted in (this step)
         self._last_pilots: list[int] = []
         self._committed: dict[int, BufferEntry] = {}  # pool index -> the entry committed there
+        self._in_step: dict[int, int] = {}  # prompt id -> pool index of a pilot admitted this step, not committed
         self._from_buffer: list[int] = []  # prompt ids of stored entries committed this step
         self._events: list[tuple[str, Any]] = []  # this rank's buffer pops and adds, in order (PilotBuffer.replay)
         self._start: Optional[dict[int, BufferEntry]] = None  # the buffer as the step's rounds began (replayed onto)
         self._new_excluded: list[int] = []
-        self._bands = {"passed": 0, "too_easy": 0, "too_hard": 0}
+        self._bands = {band.value: 0 for band in Band}
         self._pilot_count, self._cap_hit, self._skipped, self._flushed_epoch = 0, False, 0, 0
 
     @override
@@ -192,9 +193,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
             pilots = state.pool.eligible()
             if self.replace_excluded:  # this rank's part of the skipped ones, as the ranks split the pool
                 pilots += self._fresh_pilots(state, len(range(ctx.rank, self._skipped, ctx.world_size)))
-        else:  # the loop calls plan after every round, so every pilot is classified here
-            self._classify(state, self._last_pilots)
-            self._last_pilots = []
+        else:
+            self.after_round(state)
             if len(self._committed) >= state.pool.batch_size:
                 return torch.zeros(len(state.pool), dtype=torch.long)
             if state.round >= self.max_rounds:
@@ -223,20 +223,25 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
                 break
         return out
 
-    def _classify(self, state: RolloutState, pilots: list[int]) -> None:
-        """Band the last round's pilots: passed ones enter the buffer (as rows of this step), all-correct ones are excluded."""
+    def after_round(self, state: RolloutState) -> None:
+        """Band the pilots of the round just scored: passed ones enter the buffer (as rows of this step),
+        all-correct ones are excluded. The rollout loop has no after-round call, so ``plan`` makes this one
+        first in every round after the first, once per finished round."""
         ctx = state.pool.context
-        for p in pilots:
+        for p in self._last_pilots:
             mean, std = pilot_stats([float(r >= self.success_threshold) for r in state.rewards[p]])
             prompt_id = int(state.pool.ids[p])
             band = band_of(mean, *self.band)
-            self._bands["passed" if band == KEEP else "too_easy" if band == TOO_EASY else "too_hard"] += 1
-            if band == KEEP:
-                entry = BufferEntry(prompt_id, state.step, self._epoch, mean, std, len(state.rewards[p]), ctx.rank, p)
+            self._bands[band.value] += 1
+            if band is Band.KEEP:
+                entry = BufferEntry(prompt_id=prompt_id, step=state.step, epoch=self._epoch, mean=mean, std=std,
+                                    count=len(state.rewards[p]), owner=ctx.rank)
                 self.buffer.add(entry)
+                self._in_step[prompt_id] = p
                 self._events.append(("add", entry))
             if self.exclude_at is not None and mean >= self.exclude_at:
                 self._new_excluded.append(prompt_id)
+        self._last_pilots = []
 
     def _commit(self, state: RolloutState, need: int) -> list[int]:
         """Pool indices of up to ``need`` buffered prompts this rank commits now (stored ones carried in).
@@ -251,9 +256,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
         for prompt_id in self.buffer.select(need, owner=ctx.rank, skip=done, method=self.buffer_sampling, generator=generator):
             entry = self.buffer.pop(prompt_id)
             self._events.append(("pop", (prompt_id, ctx.rank)))
-            if entry.pool_index >= 0:
-                p = entry.pool_index
-            else:
+            p = self._in_step.pop(prompt_id, None)
+            if p is None:  # stored at an earlier step: its pilot is carried in
                 p = state.carry(_carried_group(entry, state.pool.batch_size))
                 self._from_buffer.append(prompt_id)
             self._committed[p] = entry
@@ -265,8 +269,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
     @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: SelectionHost, batch: RolloutBatch) -> None:
         step = batch.context.step
-        for entry in [e for e in self.buffer.entries.values() if e.pool_index >= 0]:  # admitted this step, uncommitted
-            entry.payload, entry.pool_index = _payload(batch, entry.pool_index), -1
+        for prompt_id, p in self._in_step.items():  # admitted this step, not committed: stored now
+            self.buffer.entries[prompt_id].payload = _payload(batch, p)
         counts, staleness = self._step_counts(batch), [step - e.step for e in self._committed.values()]
         blobs = gather_objects(trainer, {"events": self._events, "committed": self._from_buffer, "excluded": self._new_excluded,
                                          "counts": counts, "bands": self._bands, "staleness": staleness,
@@ -285,8 +289,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
         idx, rounds = batch.prompt_index, batch.round
         carried = batch.carried_mask
         committed = torch.tensor([int(p) in self._committed for p in idx.tolist()], dtype=torch.bool)
-        pilot_round = torch.tensor([self._pilot_round.get(int(p), -2) for p in idx.tolist()], dtype=torch.long)
-        pilot = (rounds == pilot_round) & ~carried
+        pilot = torch.tensor([self._pilot_round.get(p) == r for p, r in zip(idx.tolist(), rounds.tolist())], dtype=torch.bool)
+        pilot &= ~carried
         commit = committed & ~pilot & ~carried
         lengths = batch.completion_lengths.float()
         masks = {"pilot": pilot, "commit": commit, "replayed": carried, "trained": committed}

@@ -389,6 +389,11 @@ def test_state_round_trips_strictly_and_safely_and_resumes_the_same_decisions(tm
     for s in range(3, 7):
         assert observed(a, run_step(a, s, stream, trainer, host)) == observed(b, run_step(b, s, stream_b, trainer, host))
         assert a.metrics() == pytest.approx(b.metrics(), nan_ok=True)
+    legacy = {**state, "buffer": {**state["buffer"], "entries": [{**e, "pool_index": -1} for e in state["buffer"]["entries"]]}}
+    c, d = new_selector(buffer_sampling=sampling), new_selector(buffer_sampling=sampling)
+    c.load_state_dict(legacy)  # a checkpoint from before 2026-12-06, whose entries carried pool_index −1
+    d.load_state_dict(state)
+    assert repr(c.buffer) == repr(d.buffer)
     with pytest.raises(ValueError, match="PilotCommit.*no key 'buffer'"):
         new_selector().load_state_dict({"totals": state["totals"]})
     assert PilotCommit(pilot_size=8).state_key != PilotCommit(pilot_size=4).state_key
