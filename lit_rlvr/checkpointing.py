@@ -26,7 +26,9 @@ CheckpointIO; :class:`AtomicCheckpointIO` is that single write path:
 (:mod:`lit_rlvr.sharded_checkpoints`). What a checkpoint is judged by, its errors and the names of its
 temporaries live in :mod:`lit_rlvr.checkpoint_files`, which both import. A checkpoint saved at the end of a step that
 validation follows is marked as stopped before that validation, so a run resumed from it
-runs that validation (Lightning would skip it, losing the row if the kill came first).
+runs that validation (Lightning would skip it, losing the row if the kill came first). On a resume,
+``SafeCheckpoints`` drops the ``metrics.csv`` rows of the steps the fit runs again and of that validation, and
+writes the step's row the checkpoint carries when a kill came before it was logged (:mod:`lit_rlvr.step_files`).
 """
 
 from __future__ import annotations
@@ -232,25 +234,37 @@ def mark_pending_validation(trainer: "pl.Trainer", checkpoint: dict[str, Any]) -
     loops["epoch_loop.state_dict"] = {**state, "_batches_that_stepped": int(state["_batches_that_stepped"]) - 1}
 
 
-def trim_metrics_csv(trainer: "pl.Trainer", steps: int) -> None:
-    """Drop the CSV loggers' ``metrics.csv`` rows of the steps a resumed fit runs again, ``steps`` (the training
-    steps its checkpoint holds: the step its first row carries) and later (``step_files``)."""
+def reruns_validation(checkpoint: dict[str, Any]) -> bool:
+    """Whether Lightning, resumed from ``checkpoint``, runs the validation the checkpoint was saved before or inside
+    (its restart test, ``_EvaluationLoop.update_restart_stage``; ``mark_pending_validation`` makes a save pass it)."""
+    total = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.val_loop.batch_progress", {}).get("total", {})
+    try:
+        ready, started, processed, completed = (int(total[k]) for k in ("ready", "started", "processed", "completed"))
+    except (KeyError, TypeError, ValueError):
+        return False
+    return started == ready and processed == started - 1 and completed == processed
+
+
+def metrics_csvs(trainer: "pl.Trainer") -> list[str]:
+    """The local ``metrics.csv`` of each CSV logger."""
     from lightning.pytorch.loggers import CSVLogger
 
-    from lit_rlvr.step_files import drop_rows_from_step
-
-    for logger in trainer.loggers:
-        if isinstance(logger, CSVLogger) and _is_local_file_protocol(logger.log_dir):
-            drop_rows_from_step(os.path.join(logger.log_dir, "metrics.csv"), steps)
+    return [os.path.join(lg.log_dir, "metrics.csv") for lg in trainer.loggers
+            if isinstance(lg, CSVLogger) and _is_local_file_protocol(lg.log_dir)]
 
 
 class SafeCheckpoints(pl.Callback):
     """Installs :class:`AtomicCheckpointIO` on the strategy at setup (before ``--ckpt_path`` is read), stages
-    sharded saves, cleans up after killed saves at the start of training (and, on a resume, the metrics rows
-    of the steps it runs again), and marks pending validations.
+    sharded saves, cleans up after killed saves at the start of training, and marks pending validations.
+    Its saves carry the step's metrics row Lightning logs just after them; a resumed fit drops the metrics
+    rows of the steps and the evaluation it runs again, and writes that row if a kill lost it (``step_files``).
 
     A strategy with a CheckpointIO of another kind (a plugin the user chose) is left as it is.
     """
+
+    def __init__(self) -> None:
+        self._unlogged: Optional[dict[str, Any]] = None
+        self._reruns_validation = False
 
     def setup(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", stage: str) -> None:
         from lightning.pytorch.strategies import ModelParallelStrategy
@@ -276,8 +290,24 @@ class SafeCheckpoints(pl.Callback):
             folders.add(os.path.dirname(os.path.abspath(trainer.ckpt_path)))
         for folder in sorted(f for f in folders if f and _is_local_file_protocol(f)):
             recover(folder)
-        if trainer.ckpt_path:  # resumed: the steps it runs again lose the rows a killed run wrote for them
-            trim_metrics_csv(trainer, int(getattr(pl_module, "steps_done", trainer.global_step)))
+        if trainer.ckpt_path:  # resumed: the rows of what it runs again go; the row a kill lost comes back
+            from lit_rlvr.step_files import drop_rows_from_step, restore_row, resumed_steps
+
+            start, end = resumed_steps(trainer, pl_module)
+            files = metrics_csvs(trainer)
+            for path in files:
+                drop_rows_from_step(path, start, end, validation_at=start - 1 if self._reruns_validation else None)
+            if files and self._unlogged and self._unlogged["step"] < start:
+                restore_row(trainer, self._unlogged, files[0])
 
     def on_save_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
+        from lit_rlvr.step_files import unlogged_row
+
         mark_pending_validation(trainer, checkpoint)
+        row = unlogged_row(trainer)
+        if row is not None:
+            checkpoint.setdefault("lit_rlvr", {})["unlogged_row"] = row
+
+    def on_load_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
+        self._unlogged = checkpoint.get("lit_rlvr", {}).get("unlogged_row")
+        self._reruns_validation = reruns_validation(checkpoint)

@@ -195,7 +195,7 @@ class LitRLVRCLI(LightningCLI):
         if self.subcommand == "fit":  # one version_N for this fit's loggers, checkpoints and export
             loggers = config.get("logger")
             loggers = list(loggers) if isinstance(loggers, (list, tuple)) else [loggers]
-            place_run(loggers, self.model, self._subconfig().get("ckpt_path"))
+            place_run(loggers, self.model, self._subconfig().get("ckpt_path"), config.get("max_steps"))
         return super().instantiate_trainer(**kwargs)
 
 

@@ -3,8 +3,9 @@
 - ``place_run``: a fresh fit takes the next ``version_N`` free under every versioned logger
   (CSV and TensorBoard get the same N) and reserves it by creating the folder (``os.mkdir`` fails
   when it exists, so two fits started together get two numbers); a fit resumed from ``.../version_N/checkpoints/*.ckpt``
-  writes on into ``version_N``. ``{run}`` in ``model.export_dir`` becomes ``version_N``, so two
-  fits in one ``default_root_dir`` never share an export.
+  of a run under its own loggers' folders writes on into ``version_N``, unless ``lit_rlvr.resumes`` refuses it
+  (it would lose rows); any other checkpoint starts a new run, the next ``version_N``, and a note says so.
+  ``{run}`` in ``model.export_dir`` becomes ``version_N``, so two fits in one ``default_root_dir`` never share an export.
 - ``resume_mismatch``: a resume that drops the run's selection callbacks or changes its group
   size; read from the run's ``config.yaml`` (written by LightningCLI beside ``metrics.csv``) and
   the checkpoint's callback state keys. The message says what differs and how to resume as the run did.
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import yaml
 
 from lit_rlvr.plot import version_number
+from lit_rlvr.resumes import own_run, resume_refusal, run_version
 
 RUN_ENV = "LIT_RLVR_RUN_VERSION"  # rank 0's choice, inherited by the ranks Lightning launches
 _VERSION = re.compile(r"^version_(\d+)$")
@@ -61,12 +64,22 @@ def reserve_version(folders: Sequence[Path], start: int = 0) -> int:
         return n
 
 
-def place_run(loggers: Sequence[Any], model: Any, ckpt_path: Any) -> Optional[int]:
-    """Give every logger without a fixed version, and ``{run}`` in the model's ``export_dir``, this fit's version."""
+def place_run(loggers: Sequence[Any], model: Any, ckpt_path: Any, max_steps: Optional[int] = None) -> Optional[int]:
+    """Give every logger without a fixed version, and ``{run}`` in the model's ``export_dir``, this fit's version.
+
+    Raises SystemExit with ``lit_rlvr.resumes``' one line, before anything is written, for a resume into its
+    own run that would lose rows (``max_steps``: the trainer's).
+    """
     versioned = [lg for lg in loggers if hasattr(lg, "_get_next_version") and getattr(lg, "_version", 0) is None]
     export_dir = getattr(model, "export_dir", None)
     templated = isinstance(export_dir, str) and "{run}" in export_dir
-    version = checkpoint_version(ckpt_path)
+    run = own_run(ckpt_path, [lg.root_dir for lg in versioned]) if versioned else None
+    if run is not None:
+        iterations = getattr(getattr(model, "loss_settings", None), "num_iterations", 1)
+        refusal = resume_refusal(run, ckpt_path, max_steps, iterations)
+        if refusal:
+            raise SystemExit(refusal)
+    version = run_version(run) if run is not None else None if versioned else checkpoint_version(ckpt_path)
     if version is None and _rank() != 0 and os.environ.get(RUN_ENV, "").isdigit():
         version = int(os.environ[RUN_ENV])
     if version is None and versioned:
@@ -80,6 +93,10 @@ def place_run(loggers: Sequence[Any], model: Any, ckpt_path: Any) -> Optional[in
         lg._version = version
     if _rank() == 0:
         os.environ[RUN_ENV] = str(version)
+        if ckpt_path and versioned and run is None:
+            print(f"lit-rlvr: note: --ckpt_path {ckpt_path} is not a checkpoint of a run in {versioned[0].root_dir}: this fit "
+                  f"starts a new run there, version_{version}, from the checkpoint's step (its own run is left as it is)",
+                  file=sys.stderr)
     if templated:
         model.export_dir = export_dir.replace("{run}", f"version_{version}")
     return version
