@@ -19,7 +19,7 @@ pass rates of a probe of training prompts are spread.
 --config budget.yaml ...`` in ``<out>/<strategy>_seed<S>``, ``--jobs`` at a time in as many
 long-lived worker processes (one thread each; ``lit_rlvr.bench.fit_worker``). ``budget.yaml``
 puts ``CpuClock`` first (``time/cpu_s``: CPU seconds of each training step, the fit's process and its reward
-workers; ``lit_rlvr.bench.cpu_clock``), repeats the method's callbacks and appends ``SelectionTimer``,
+workers; ``lit_rlvr.critical_batch.cpu_clock``), repeats the method's callbacks and appends ``SelectionTimer``,
 ``RolloutEval`` (greedy pass@1 on the training and held-out prompts every
 ``--eval-every-rollouts``), ``RolloutBudget`` (stops once the cumulative rollouts generated
 reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
@@ -174,7 +174,7 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
     for layer in layers:  # a later layer's callback list replaces an earlier one's, as in LightningCLI
         callbacks = list((load_config(layer).get("trainer") or {}).get("callbacks") or callbacks)
     # CpuClock first: a step's CPU seconds run from its first hook to before the evaluation (cpu_clock's docstring)
-    callbacks = [{"class_path": "lit_rlvr.bench.cpu_clock.CpuClock"}] + callbacks + [
+    callbacks = [{"class_path": "lit_rlvr.critical_batch.cpu_clock.CpuClock"}] + callbacks + [
         {"class_path": "lit_rlvr.bench.timing.SelectionTimer"},
         {"class_path": "lit_rlvr.bench.rollout_eval.RolloutEval",
          "init_args": {"every_n_rollouts": args.eval_every_rollouts, "prompts": list(args.eval_prompts)}},

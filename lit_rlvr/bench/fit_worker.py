@@ -71,10 +71,10 @@ def run_fit_measured(run_dir: str | Path, argv: Sequence[str], log_name: str = "
     """``run_fit``, and what the fit cost: (exit status, wall seconds, usage).
 
     ``usage``: ``cpu_seconds``, user + system of this process and every process it started during the fit
-    (reward workers included; ``lit_rlvr.bench.cpu_clock.tree_cpu_seconds``, evaluations included), and the
+    (reward workers included; ``lit_rlvr.critical_batch.cpu_clock.tree_cpu_seconds``, evaluations included), and the
     machine's load averages at the start and the end (``load_start``, ``load_end``: 1, 5, 15 minutes).
     """
-    from lit_rlvr.bench.cpu_clock import load_average, tree_cpu_seconds
+    from lit_rlvr.critical_batch.cpu_clock import load_average, tree_cpu_seconds
 
     load_start, cpu0 = load_average(), tree_cpu_seconds()
     rc, seconds = run_fit(run_dir, argv, log_name, append)

@@ -103,7 +103,7 @@ def seconds_to_target(run: rep.Run, target: float, metric: str) -> float:
 
 def honest_seconds_to_target(run: rep.Run, target: float, metric: str) -> tuple[float, str]:
     """(seconds to target, "CPU" or "wall"): CPU seconds where the result file has them (written from
-    2026-12-06 on: the fit and its reward workers, ``lit_rlvr.bench.cpu_clock``), else wall training seconds."""
+    2026-12-06 on: the fit and its reward workers, ``lit_rlvr.critical_batch.cpu_clock``), else wall training seconds."""
     if TRAIN_CPU_SECONDS in run.metrics and run.metrics[TRAIN_CPU_SECONDS].notna().any():
         return cumulative_at_target(run, target, metric, TRAIN_CPU_SECONDS), "CPU"
     return seconds_to_target(run, target, metric), "wall"

@@ -15,7 +15,7 @@ grid can be spread over several sessions and its results committed as they come.
 - ``groups``: totals over the training steps (groups generated, all-right, all-wrong, rollouts
   generated) and groups with reward variance per 1,000 rollouts.
   From 2026-12-06 on, each evaluation also has ``train_cpu_seconds``: the CPU seconds (user + system) of
-  the fit's process and its reward workers inside those training steps (``lit_rlvr.bench.cpu_clock``).
+  the fit's process and its reward workers inside those training steps (``lit_rlvr.critical_batch.cpu_clock``).
 - ``wall_seconds`` of the whole fit, ``steps``, ``rollouts_generated``; from 2026-12-06 on, ``cpu_seconds`` of the
   whole fit (evaluations included) with its reward workers, and ``load_start`` / ``load_end`` (the machine's
   1, 5, 15 minute load averages). Older files have wall seconds only.
@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 EVAL_METRICS = ("train_prompts/pass@1", "heldout_prompts/pass@1")
 TIME_COLUMNS = ("time/rollout_s", "time/reward_s", "time/update_s")
-CPU_COLUMN = "time/cpu_s"  # lit_rlvr.bench.cpu_clock.CpuClock: CPU seconds of a step, fit and reward workers
+CPU_COLUMN = "time/cpu_s"  # lit_rlvr.critical_batch.cpu_clock.CpuClock: CPU seconds of a step, fit and reward workers
 GROUP_COLUMNS = ("groups/generated", "groups/solve_all", "groups/solve_none", "rollouts/generated")
 CUM_GEN = "cumulative/rollouts_generated"
 CUM_EFF = "cumulative/rollouts_effective"

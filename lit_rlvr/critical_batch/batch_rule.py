@@ -12,7 +12,8 @@ rollout-equivalents (c_roll = 1, c_fixed = φ rollouts) the cost to the target i
 
 dT/dB = S_min (b - φ N / B²) = 0 at B* = √(φ N / b) = √(φ f N / G); d²T/dB² > 0, so it is the minimum. As a
 multiple of the critical batch: k* = B*/N = √(φ f / (G N)). S_min drops out: the optimum does not depend on
-the target. In prompts (every prompt rolled out once): P* = B*/f = √(φ N / (G f)), which grows with N.
+the target. In prompts (every prompt rolled out once): P* = B*/f = √(φ N / (G f)), which grows with N; with
+N counted in prompt groups (N/f) that is √(φ N_prompts / G).
 docs/adaptive_batch.md has the derivation and the rules below in words.
 """
 
@@ -38,17 +39,22 @@ def optimal_informative_batch(c_fixed: float, c_roll: float, group_size: int, sh
     return optimal_multiple(c_fixed, c_roll, group_size, share, b_noise) * b_noise
 
 
-def aimed_prompts(b_noise: float, share: float, group_size: int, fixed_cost_rollouts: float,
-                  multiple: Optional[float] = None, refills: bool = False) -> float:
-    """What a step should hold at noise scale ``b_noise``: k·N informative groups (k = ``multiple``, else k*),
-    as prompts (/ f, every prompt rolled out once) or, with a refilling allocator, as its refill target.
+def aimed_prompts(b_noise: float, group_size: int, fixed_cost_rollouts: float, multiple: Optional[float] = None,
+                  share: float = 1.0, refills: bool = False) -> float:
+    """What a step should hold at noise scale ``b_noise`` counted in prompt groups (every kept group a unit,
+    the zero-gradient ones included: ``noise/B_simple_all``): P = k·N prompts, k = ``multiple``, else the
+    cost-optimal k* = √(φ / (G N)), i.e. P* = √(φ N / G). With a refilling allocator the aim is its refill
+    target in informative groups, f·P (a share ``share`` of prompt groups informative).
 
-    Increasing in ``b_noise`` (0 at N <= 0), so an interval on N maps to an interval on the aim."""
+    Counting in prompt groups, the model needs no f for the default allocator: N_prompts = N_informative / f,
+    so √(φ N_prompts / G) is √(φ f N_informative / G) / f, the B*/f above. It exists from 2 prompts on, where
+    the informative set needs 2 informative groups in one step. Increasing in ``b_noise`` (0 at N <= 0), so
+    an interval on N maps to an interval on the aim."""
     if not b_noise > 0:
         return 0.0
-    k = multiple if multiple is not None else optimal_multiple(fixed_cost_rollouts, 1.0, group_size, share, b_noise)
-    informative = k * b_noise
-    return informative if refills else informative / share
+    k = multiple if multiple is not None else optimal_multiple(fixed_cost_rollouts, 1.0, group_size, 1.0, b_noise)
+    prompts = k * b_noise
+    return prompts * share if refills else prompts
 
 
 def beta2_for(base_beta2: float, base_prompts: int, prompts: int) -> float:

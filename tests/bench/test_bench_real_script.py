@@ -120,7 +120,7 @@ def test_a_benchmark_override_layers_on_the_method_config_and_changes_its_settin
     import yaml
 
     clock, *callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
-    assert clock == {"class_path": "lit_rlvr.bench.cpu_clock.CpuClock"}  # first: the step's CPU seconds
+    assert clock == {"class_path": "lit_rlvr.critical_batch.cpu_clock.CpuClock"}  # first: the step's CPU seconds
     assert callbacks[0]["init_args"] == {"detect_tokens": 4, "cold_start_steps": 3}
     assert [c["class_path"].rsplit(".", 1)[1] for c in callbacks[1:]] == ["SelectionTimer", "RolloutEval", "RolloutBudget", "SelectionRecorder"]
     assert callbacks[2]["init_args"] == {"every_n_rollouts": 64, "prompts": ["train", "val"]}

@@ -1,4 +1,4 @@
-"""lit_rlvr.bench.cpu_clock: CPU seconds of a fit's process tree, live workers and waited-for ones, counted once."""
+"""lit_rlvr.critical_batch.cpu_clock: CPU seconds of a fit's process tree, live workers and waited-for ones, counted once."""
 
 import csv
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_rlvr.bench.cpu_clock import descendants, load_average, tree_cpu_seconds
+from lit_rlvr.critical_batch.cpu_clock import descendants, load_average, tree_cpu_seconds
 from lit_rlvr.bench.fit_worker import run_fit, run_fit_measured
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def test_a_live_worker_and_the_worker_it_waited_for_are_counted_once():
 
 
 def test_off_proc_the_count_is_this_process_and_its_waited_for_children(monkeypatch):
-    import lit_rlvr.bench.cpu_clock as cc
+    import lit_rlvr.critical_batch.cpu_clock as cc
 
     monkeypatch.setattr(cc, "descendants", lambda root=None: {})
     def own():
@@ -55,7 +55,7 @@ def _tiny(tmp_path: Path, name: str, clock: bool) -> Path:
     rd = tmp_path / name
     rd.mkdir()
     layer = rd / "clock.yaml"
-    callbacks = [{"class_path": "lit_rlvr.bench.cpu_clock.CpuClock"}] if clock else []
+    callbacks = [{"class_path": "lit_rlvr.critical_batch.cpu_clock.CpuClock"}] if clock else []
     layer.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
     argv = ["fit", "--config", str(ROOT / "configs" / "tiny.yaml"), "--config", str(layer), "--trainer.max_steps", "3",
             "--trainer.val_check_interval", "3", "--trainer.logger.init_args.save_dir", "runs/tiny"]
