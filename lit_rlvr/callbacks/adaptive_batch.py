@@ -1,9 +1,9 @@
 """AdaptiveBatch: the run starts at its smallest prompt batch and grows it only on evidence.
 
-The run starts at ``min_prompts``. After every step the controller reads the noise scale N (informative
-groups) and its jackknife standard error over the last ``window`` steps, and the informative share f of
-the groups generated over the same steps, all counted, and aims at the batch that reaches a target at the
-least cost by the critical-batch model: P* = √(φ N / (G f)) prompts, φ a step's fixed cost in rollouts
+The run starts at ``min_prompts``. After every step the controller reads the noise scale N, counted in
+prompt groups (``noise/B_simple_all``: every kept group a unit, so it exists from 2 prompts on), and its
+jackknife standard error over the last ``window`` steps, all from counted work, and aims at the batch that
+reaches a target at the least cost by the critical-batch model: P* = √(φ N / G) prompts, φ a step's fixed cost in rollouts
 (``fixed_cost_rollouts``, measured once with ``lit-rlvr calibrate``; ``batch_rule`` has the derivation). It
 grows only when even N − z·SE aims above the current batch, shrinks only when even N + z·SE aims below it,
 and otherwise holds. Nothing is timed by default, so a fit, its repeat and its resume decide the same.
@@ -242,17 +242,17 @@ class AdaptiveBatch(SelectionCallback):
         hold = lambda reason, *aims: (self.prompts, reason, *(aims or (math.nan,) * 5), *costs)  # noqa: E731
         if self.steps_seen + 1 < self.warmup_steps:
             return hold(1)
-        rows = [r for r in pl_module.noise_meter.tracker.history if math.isfinite(r.get("g2_informative", math.nan))]
+        rows = [r for r in pl_module.noise_meter.tracker.history if math.isfinite(r.get("g2_all", math.nan))]
         rows = rows[-self.window:]
         f, phi = self.share, self._fixed_cost()
         if len(rows) < self.min_estimates or not (f > 0) or not math.isfinite(phi):
             return hold(2)
-        b_noise, se = run_noise_scale(rows, "informative")
+        b_noise, se = run_noise_scale(rows, "all")
         limits = dict(min_prompts=self.min_prompts, max_prompts=self.max_prompts, max_change=self.max_change, world_size=world)
         if not math.isfinite(b_noise):  # Σ|G|² <= 0 over the window: the signal is below its noise, far below N
             return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, math.nan, *costs)
         G = int(pl_module.rollout_settings.num_generations)
-        aim = lambda n: aimed_prompts(n, f, G, phi, self.multiple, self._refills)  # noqa: E731
+        aim = lambda n: aimed_prompts(n, G, phi, self.multiple, f, self._refills)  # noqa: E731
         spread = self.z * (se if math.isfinite(se) else math.inf)
         target, low, high = aim(b_noise), aim(b_noise - spread), aim(b_noise + spread)
         if low > self.prompts:
@@ -285,7 +285,7 @@ class AdaptiveBatch(SelectionCallback):
         if why is None:
             verb = {"grow": "grew", "shrink": "shrank", "undecided": "held: the aim's interval holds the current batch"}[what]
             why = (f"{verb}; aim {_fmt(self.last_target)} prompts [{_fmt(self.last_low)}-{_fmt(self.last_high)} at N ± "
-                   f"{self.z:g} SE] from N = {_fmt(self.last_b_noise)} ± {_fmt(self.last_b_noise_se)} informative groups, "
+                   f"{self.z:g} SE] from N = {_fmt(self.last_b_noise)} ± {_fmt(self.last_b_noise_se)} prompt groups, "
                    f"f = {self.share:.2f}, a step's fixed cost {_fmt(self._fixed_cost())} rollouts")
         return (f"  batch controller      settled on {self.prompts} prompts/step (started at {self.start_prompts}, "
                 f"{self.changes} changes): {why}")

@@ -41,16 +41,17 @@ def test_beta2_holds_its_half_life_in_samples():
 
 
 def test_the_aim_in_prompts_is_the_cost_optimal_batch_and_grows_with_the_noise_scale():
-    """P* = B*/f = sqrt(phi N / (G f)) with phi a step's fixed cost in rollouts (c_roll = 1)."""
+    """P* = sqrt(phi N / G), N in prompt groups, phi a step's fixed cost in rollouts; = B*/f with N_inf = f N."""
     phi, G, f = 2.0, 8, 0.5
     for N in (1.0, 10.0, 40.0):
-        assert aimed_prompts(N, f, G, phi) == pytest.approx(math.sqrt(phi * N / (G * f)))
-        assert aimed_prompts(N, f, G, phi) == pytest.approx(optimal_informative_batch(phi, 1.0, G, f, N) / f)
-        assert aimed_prompts(N, f, G, phi, refills=True) == pytest.approx(optimal_informative_batch(phi, 1.0, G, f, N))
-    aims = [aimed_prompts(N, f, G, phi) for N in (-1.0, 0.0, 0.5, 5.0, 50.0)]
+        assert aimed_prompts(N, G, phi) == pytest.approx(math.sqrt(phi * N / G))
+        assert aimed_prompts(N, G, phi) == pytest.approx(optimal_informative_batch(phi, 1.0, G, f, f * N) / f)
+        assert aimed_prompts(N, G, phi, share=f, refills=True) == pytest.approx(optimal_informative_batch(phi, 1.0, G, f, f * N))
+        assert aimed_prompts(N, G, phi, multiple=3.0) == 3.0 * N
+    aims = [aimed_prompts(N, G, phi) for N in (-1.0, 0.0, 0.5, 5.0, 50.0)]
     assert aims[:2] == [0.0, 0.0] and aims == sorted(aims)  # an interval on N maps to one on the aim
     # a GPU-like profile (a step's fixed cost worth 64 rollouts) aims 5.7x higher at the same N
-    assert aimed_prompts(10.0, f, G, 64.0) / aimed_prompts(10.0, f, G, phi) == pytest.approx(math.sqrt(32))
+    assert aimed_prompts(10.0, G, 64.0) / aimed_prompts(10.0, G, phi) == pytest.approx(math.sqrt(32))
 
 
 def test_next_prompts_limits_the_change_after_rounding_bounds_and_rounds_to_the_world_size():
@@ -120,26 +121,26 @@ def test_start_up_checks_name_the_fix():
 
 def _module(rows, G=8):
     """A module whose noise meter has the per-step (tr Sigma, |G|^2) rows ``rows``."""
-    history = [{"trace_informative": t, "g2_informative": g} for t, g in rows]
+    history = [{"trace_all": t, "g2_all": g} for t, g in rows]
     return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(history=history)),
                            rollout_settings=SimpleNamespace(num_generations=G))
 
 
 def test_it_grows_only_when_the_low_end_of_the_noise_scale_says_so():
-    """phi 2, G 8, f 0.5: P* = sqrt(N / 2). Steady N = 50 (P* = 5): grows from 2 toward 5 by at most 1.5x."""
+    """phi 2, G 8: P* = sqrt(N / 4). Steady N = 100 prompt groups (P* = 5): grows from 2 toward 5 by at most 1.5x."""
     c = _setup(AdaptiveBatch(), [], batch=8)
     c.share_window = [[1.0, 2.0]] * 4  # f = 0.5
-    steady = _module([(50.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
+    steady = _module([(100.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
     nxt, reason, target, low, high, n, se, *_ = c._decide(steady, world=1)
     assert (nxt, _REASONS[reason]) == (3, "grow") and target == pytest.approx(5.0) and low > 2
-    assert n == pytest.approx(50.0) and se < 1.0
-    # N = 13.3 +- 7.3 (P* = 2.6 in [1.7, 3.2]): the aim's interval holds 2, so it holds
-    noisy = _module([(20.0, 0.2), (20.0, 3.0), (20.0, 0.3), (20.0, 2.5)])
+    assert n == pytest.approx(100.0) and se < 1.0
+    # N = 26.7 +- 14.5 (P* = 2.6 in [1.7, 3.2]): the aim's interval holds 2, so it holds
+    noisy = _module([(40.0, 0.2), (40.0, 3.0), (40.0, 0.3), (40.0, 2.5)])
     nxt, reason, target, low, high, *_ = c._decide(noisy, world=1)
     assert (nxt, _REASONS[reason]) == (2, "undecided") and low < 2 < high
     # small N (P* = 1): at 4 prompts with a tight estimate it shrinks
     c.prompts = 4
-    small = _module([(2.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
+    small = _module([(4.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
     assert c._decide(small, world=1)[:2] == (3, _REASONS.index("shrink"))
 
 
@@ -160,9 +161,9 @@ def test_with_a_refill_allocator_the_controller_sets_the_refill_target():
     c.share_window = [[1.0, 2.0]] * 3  # f = 0.5
     module = _module([(10.0, 1.0)] * 3)
     nxt, reason, target, *_ = c._decide(module, world=1)
-    assert (target, nxt) == (10.0, 3)  # 10 informative groups; 2 -> 3 (max_change 1.5)
+    assert (target, nxt) == (5.0, 3)  # f x 10 prompts = 5 informative groups; 2 -> 3 (max_change 1.5)
     c._refills = False
-    assert c._decide(module, world=1)[2] == 20.0  # without a refill: 10 / f prompts
+    assert c._decide(module, world=1)[2] == 10.0  # without a refill: 1 x N prompts
 
 
 def test_decisions_read_no_clock(monkeypatch):
@@ -171,7 +172,7 @@ def test_decisions_read_no_clock(monkeypatch):
 
     c = _setup(AdaptiveBatch(), [], batch=8)
     c.share_window = [[1.0, 2.0]] * 4
-    steady = _module([(50.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
+    steady = _module([(100.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
     first = c._decide(steady, world=1)
     monkeypatch.setattr(ab.time, "perf_counter", lambda: (_ for _ in ()).throw(AssertionError("read the clock")))
     assert not c.measure_costs and c._decide(steady, world=1) == first
