@@ -17,19 +17,7 @@ from typing import Optional
 
 import torch
 
-REWARD_TOL = 1e-6
-"""Rewards closer than this are the same reward: the tolerance of the zero-variance rule
-(and the slack when a reward is compared with a success threshold). Far above the float
-noise of group statistics, far below any reward difference meant to carry signal."""
-
-
-def is_zero_variance(spread, tol: float = REWARD_TOL):
-    """Whether a group whose rewards span ``spread`` (max − min) is zero-variance: spread <= tol.
-
-    Works elementwise on floats, numpy arrays and tensors. ``tol`` defaults to the shared
-    ``REWARD_TOL``; only DynamicSampling's documented ``epsilon`` option passes another.
-    """
-    return spread <= tol
+from lit_rlvr.zero_variance import REWARD_TOL, is_zero_variance  # noqa: F401 (the rule lives there, torch-free)
 
 
 def _dense_groups(group: torch.Tensor) -> tuple[torch.Tensor, int]:

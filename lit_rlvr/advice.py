@@ -19,61 +19,24 @@ Under the model a smaller batch never needs more rollouts ((1 + x/k)/(1 + x) <= 
 skipping ((f/f' + x)/(1 + x) <= 1), and refill always does: the advice turns on the interval being known
 and on which saving is largest, and a smaller batch costs optimizer steps per rollout, not rollouts.
 
-The end-of-fit summary (``lit_rlvr.summary``) and ``lit-rlvr report`` print the same ``advice_block`` of
-the same files (``metrics.csv``, ``groups.csv`` and ``FACTS_FILE`` in the run's version folder), so they
-agree on every number. The interval leaves out the model's own error, checked in docs/benchmarks.md.
+The end-of-fit summary (``lit_rlvr.summary``) and ``lit-rlvr report`` print the same lines
+(``lit_rlvr.selection_report.advice_block``) of the same files (``metrics.csv``, ``groups.csv`` and
+``data.json`` in the run's version folder), so they agree on every number. The interval leaves out the model's own error, checked in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional
 
-from lit_rlvr.levers import (LeverPrediction, RunNoise, critical_batch_line, lever_predictions, run_noise,
-                             unmeasured_reason)
+from lit_rlvr.group_file import RunFacts
+from lit_rlvr.levers import LeverPrediction, RunNoise, lever_predictions, unmeasured_reason
 
-__all__ = ["FACTS_FILE", "REFILL_CONFIG", "HISTORY_CONFIG", "Advice", "RunFacts", "advice_block", "read_facts",
-           "run_advice", "setting", "write_facts"]
+__all__ = ["REFILL_CONFIG", "HISTORY_CONFIG", "Advice", "run_advice", "setting"]
 
-FACTS_FILE = "data.json"
-"""Beside ``groups.csv``: the data facts the advice needs and the records lack (prompt batch, training prompts)."""
 REFILL_CONFIG = "configs/methods/dynamic_sampling.yaml"
 HISTORY_CONFIG = "configs/bench/smollm2_mixed_methods/greso+skip.yaml"
-
-
-@dataclass
-class RunFacts:
-    """The run's prompt batch B and its number of training prompts, where the data module said."""
-
-    batch_size: Optional[int] = None
-    num_train: Optional[int] = None
-
-
-def write_facts(folder: str | Path, datamodule: Any) -> None:
-    """Write ``FACTS_FILE`` into ``folder`` from the data module's ``batch_size`` and ``num_train`` (those it has)."""
-    facts = {}
-    for key in ("batch_size", "num_train"):
-        try:
-            value = getattr(datamodule, key, None)
-        except Exception:  # a data module that cannot count its prompts yet
-            value = None
-        if isinstance(value, int) and not isinstance(value, bool):
-            facts[key] = value
-    if facts:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        (Path(folder) / FACTS_FILE).write_text(json.dumps(facts) + "\n", encoding="utf-8")
-
-
-def read_facts(folder: str | Path) -> RunFacts:
-    """``RunFacts`` from ``folder``'s ``FACTS_FILE``; empty when it is missing or unreadable."""
-    try:
-        data = json.loads((Path(folder) / FACTS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return RunFacts()
-    return RunFacts(**{k: int(data[k]) for k in ("batch_size", "num_train") if isinstance(data.get(k), int)})
 
 
 def setting(pred: LeverPrediction, batch: Optional[float]) -> Optional[str]:
@@ -127,28 +90,3 @@ def run_advice(noise: Optional[RunNoise], history_f: Optional[float] = None, fac
                       f"interval (lowest point prediction: {s}, {p.lever}, {p.ratio:.2f}x)", context)
     return Advice("undecided", f"undecided: no lever's interval is wholly below or above 1.0 (lowest: {s}, {p.lever}, "
                   f"{p.ratio:.2f}x {p.interval()})", context)
-
-
-def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where: Optional[str] = None) -> list[str]:
-    """The summary's lines on where the rollouts went, the critical batch and the advice, from the run's files;
-    ``lit-rlvr report`` prints the same lines. ``groups``: the run's ``groups.csv`` (None or missing: no records)."""
-    from lit_rlvr.group_records import read_groups
-    from lit_rlvr.selection_report import history_judgement, selection_stats
-
-    noise = run_noise(rows) if rows else None
-    out, history_f, note = [], None, None
-    if groups is not None and groups.is_file():
-        s = selection_stats(read_groups(groups))
-        s.num_train = read_facts(groups.parent).num_train
-        p = f"{s.p_now_given_before:.2f}" if math.isfinite(s.p_now_given_before) else "n/a"
-        out.append(f"  zero-variance groups  {s.zero_variance:.0%} of {s.rollouts} rollouts ({s.all_right:.0%} all right, "
-                   f"{s.all_wrong:.0%} all wrong); P(zero-variance now | at the previous visit) {p} over {s.revisits} revisits")
-        history_f, note = history_judgement(s)
-    if noise is not None and math.isfinite(noise.b_noise):
-        out.append(f"  critical batch        {critical_batch_line(noise)}")
-    advice = run_advice(noise, history_f, read_facts(groups.parent) if groups is not None else RunFacts(), note)
-    out.append(f"  advice                {advice.line}")
-    out += [f"                        {c}" for c in advice.context]
-    if where:
-        out.append(f"  details               lit-rlvr report {where} (each lever, the shares, the hindsight oracle)")
-    return out

@@ -40,42 +40,15 @@ from lit_rlvr.config_checks import (
     check_model_parallel, check_run_is_bounded, config_files, init_error_message, method_config_notices,
     parse_error_line, resolve_class_path,
 )
-from lit_rlvr.cli_errors import data_errors_alone
+from lit_rlvr.cli_errors import data_errors_alone, missing_data_file
 from lit_rlvr.cli_help import with_class_options
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.group_records import GroupRecorder
+from lit_rlvr.user_tools import SUBCOMMANDS, run_subcommand, subcommands_help  # noqa: F401 (re-exported)
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.runs import place_run, resume_mismatch
 from lit_rlvr.summary import RunSummary
 from lit_rlvr.threads import apply_thread_policy
-
-
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "report": ("lit_rlvr.selection_report:main", "would selection pay on this run? where its rollouts went"),
-    "plot": ("lit_rlvr.plot:main", "plot a run's training reward and held-out accuracy to a PNG"),
-    "probe": ("lit_rlvr.probe:main", "how often the untrained model solves a config's training prompts"),
-    "oc-harvest": ("lit_rlvr.oc_fixed:main", "OC-GRPO-Fixed's offline harvest of guided prompts"),
-    "arrol-vote": ("lit_rlvr.arrol_vote:main", "ARRoL at test time: pass@1, majority vote and head-weighted vote"),
-    "g2d": ("lit_rlvr.g2d.pipeline:main", "G2D end to end: GRPO warm-up, preference-pair harvest, offline DPO"),
-}
-"""The user tools: name -> ("module:function", one line of help). Not Trainer entry points, so not
-LightningCLI subcommands: ``main`` hands the arguments after the name to the function, imported only
-then (``lit-rlvr fit`` loads none of them). Each function parses its own arguments (``--help``)."""
-
-
-def subcommands_help() -> str:
-    """The top-level help's section on the user tools: one line each, from ``SUBCOMMANDS``."""
-    width = max(map(len, SUBCOMMANDS)) + 2
-    lines = [f"    {name:<{width}}{help_line}" for name, (_, help_line) in SUBCOMMANDS.items()]
-    return "\nuser tools:\n  lit-rlvr TOOL --help shows each one's options.\n\n" + "\n".join(lines) + "\n"
-
-
-def run_subcommand(name: str, args: list[str]) -> Any:
-    """Run the user tool ``name`` of ``SUBCOMMANDS`` on ``args`` (the arguments after its name)."""
-    import importlib
-
-    module, function = SUBCOMMANDS[name][0].split(":")
-    return getattr(importlib.import_module(module), function)(args)
 
 
 class LitRLVRParser(LightningArgumentParser):
@@ -87,11 +60,24 @@ class LitRLVRParser(LightningArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("prog", "lit-rlvr")  # not sys.argv[0] (python -m ..., a test): the help is cached by lit_rlvr.launch
         super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
+        """The error's one line (``parse_error_line``: the key, a close match, the fix) and where ``--help`` is, not
+        argparse's 50-66 lines of usage; exit code 2. ``JSONARGPARSE_DEBUG`` keeps jsonargparse's own handling."""
+        from jsonargparse._common import debug_mode_active  # type: ignore[attr-defined]
+
         line = parse_error_line(message, prog="lit-rlvr") if self.exit_on_error else None
-        super().error(f"{message}\n{line}" if line else message, ex)
+        if not self.exit_on_error or debug_mode_active():
+            super().error(f"{message}\n{line}" if line else message, ex)
+        self._logger.error(message)
+        prog = " ".join(["lit-rlvr"] + (getattr(ex, "subcommand_parser", None) or self).prog.replace(" [options]", "").split()[1:])
+        text = line or message.strip()
+        if "lists every option" not in text and "lists its options" not in text:
+            text += f" ('{prog} --help' lists every option)"
+        sys.stderr.write(f"error: {text}\n")
+        sys.exit(2)
 
     def format_help(self) -> str:
         """The fit help, with the options of the model and data classes in use (``lit_rlvr.cli_help``);
@@ -161,6 +147,7 @@ class LitRLVRCLI(LightningCLI):
         trainer = config.get("trainer", {})
         _fail_if(_missing_gpu(str(trainer.get("accelerator", "auto"))))
         _fail_if(check_model_parallel(trainer))
+        _fail_if(missing_data_file(config.get("data")))  # before the model loads: a missing file is not a Hub dataset
         if self.subcommand == "fit" and _endless_training(config.get("data")):
             _fail_if(check_run_is_bounded(trainer))
         # the --config files from the arguments: the parsed config loses them under omegaconf+ parsing

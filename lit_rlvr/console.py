@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE, 
 from lightning.pytorch.utilities.model_summary.model_summary import _format_summary_table
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from lit_rlvr.paths import show_path  # noqa: F401 (re-exported)
 from lit_rlvr.progress_log import ProgressLog, output_is_terminal
 
 _DROPPED_INFO = re.compile(
@@ -37,13 +38,6 @@ _DROPPED_INFO = re.compile(
     r"|Trainer already configured with model summary callbacks: \[<class 'lit_rlvr\.console\.ParamsSummary'>\]\."
 )
 _RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
-
-
-def show_path(path: Any) -> str:
-    """``path`` relative to the working directory when it lies below it, else absolute."""
-    path = os.path.abspath(path)
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
 
 
 class _DropInfo(logging.Filter):

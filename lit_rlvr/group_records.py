@@ -21,16 +21,15 @@ With several ranks every rank's groups are gathered (``gather_rows``) and rank 0
 
 from __future__ import annotations
 
-import csv
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
+from lit_rlvr.group_file import COLUMNS, FILE_NAME, GroupRecord, read_groups, write_facts  # noqa: F401 (re-exported)
 from lit_rlvr.selection import SelectionCallback, data_epoch, gather_rows
 from lit_rlvr.step_files import ResumableRowWriter
 from lit_rlvr.types import RolloutBatch
@@ -39,23 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from lit_rlvr.module import GRPOModule
 
 __all__ = ["COLUMNS", "FILE_NAME", "GroupRecord", "GroupRecorder", "read_groups"]
-
-FILE_NAME = "groups.csv"
-COLUMNS = ("step", "epoch", "prompt_id", "n", "correct", "reward_min", "reward_max")
-
-
-@dataclass(frozen=True)
-class GroupRecord:
-    """One rolled-out group of one step (a row of ``groups.csv``)."""
-
-    step: int
-    epoch: Optional[int]
-    prompt_id: int
-    n: int
-    correct: int
-    reward_min: float
-    reward_max: float
-
 
 class GroupRecorder(ResumableRowWriter, SelectionCallback):
     """Append one row per rolled-out group to ``groups.csv`` (observe stage only; no side effects).
@@ -79,10 +61,8 @@ class GroupRecorder(ResumableRowWriter, SelectionCallback):
         return None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Write the data's prompt batch and training prompts beside the rows (``lit_rlvr.advice.FACTS_FILE``)."""
+        """Write the data's prompt batch and training prompts beside the rows (``lit_rlvr.group_file.FACTS_FILE``)."""
         if getattr(trainer, "is_global_zero", True):
-            from lit_rlvr.advice import write_facts
-
             write_facts(self.resolve_path(trainer).parent, getattr(trainer, "datamodule", None))
 
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: "GRPOModule", batch: RolloutBatch) -> None:
@@ -137,24 +117,3 @@ def group_rows(batch: RolloutBatch, correct: torch.Tensor) -> torch.Tensor:
     lo = torch.full((k,), float("inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amin")
     hi = torch.full((k,), float("-inf"), dtype=torch.float64).scatter_reduce(0, inv, r, "amax")
     return torch.stack([batch.pool.ids[uniq].double(), n, c, lo, hi], dim=1)
-
-
-def read_groups(path: Union[str, Path]) -> list[GroupRecord]:
-    """The rows of a ``groups.csv`` in step order; where the step count goes back (a resume from an
-    earlier checkpoint), the later rows replace those of the steps they repeat."""
-    stretches: list[list[GroupRecord]] = [[]]
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            rec = GroupRecord(
-                step=int(row["step"]), epoch=int(row["epoch"]) if row.get("epoch") not in ("", None) else None,
-                prompt_id=int(row["prompt_id"]), n=int(row["n"]), correct=int(row["correct"]),
-                reward_min=float(row["reward_min"]), reward_max=float(row["reward_max"]),
-            )
-            if stretches[-1] and rec.step < stretches[-1][-1].step:
-                stretches.append([])
-            stretches[-1].append(rec)
-    merged: list[GroupRecord] = []
-    for part in stretches:
-        steps = {r.step for r in part}
-        merged = [r for r in merged if r.step not in steps] + part
-    return sorted(merged, key=lambda r: r.step)

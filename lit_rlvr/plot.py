@@ -94,7 +94,7 @@ def run_file(run: PathLike, version: Optional[int] = None) -> Path:
 
 def which_run(run: PathLike, version: Optional[int] = None, *, tool: str) -> str:
     """One line: the version folder ``lit-rlvr <tool>`` reads for ``run`` (``run_file``) and how to pick another."""
-    from lit_rlvr.console import show_path
+    from lit_rlvr.paths import show_path
 
     folder = Path(run)
     if (folder / "metrics.csv").is_file():

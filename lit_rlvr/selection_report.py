@@ -32,15 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lit_rlvr.advantages import is_zero_variance
-from lit_rlvr.group_records import FILE_NAME, GroupRecord, GroupRecorder, read_groups
+from lit_rlvr.group_file import FILE_NAME, GroupRecord, RunFacts, read_facts, read_groups
+from lit_rlvr.zero_variance import is_zero_variance
 from lit_rlvr.plot import Row, read_run, run_file, which_run
 from lit_rlvr.report_figure import plot_report
 
 __all__ = [
     "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "MEASURED_CAVEAT", "EpochShares",
     "OracleRatio", "SelectionStats", "main", "oracle_ratio", "read_selection_records", "selection_stats",
-    "end_of_fit_lines", "history_judgement", "verdict", "write_report",
+    "advice_block", "end_of_fit_lines", "history_judgement", "verdict", "write_report",
 ]
 
 MIN_ZERO_VARIANCE_SHARE = 0.10
@@ -363,11 +363,36 @@ def history_judgement(s: SelectionStats) -> tuple[Optional[float], Optional[str]
     return s.history_share, None
 
 
+def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where: Optional[str] = None) -> list[str]:
+    """The summary's lines on where the rollouts went, the critical batch and the advice, from the run's files;
+    ``lit-rlvr report`` prints the same lines. ``groups``: the run's ``groups.csv`` (None or missing: no records)."""
+    from lit_rlvr.advice import run_advice
+    from lit_rlvr.levers import critical_batch_line, run_noise
+
+    noise = run_noise(rows) if rows else None
+    out, history_f, note = [], None, None
+    if groups is not None and groups.is_file():
+        s = selection_stats(read_groups(groups))
+        s.num_train = read_facts(groups.parent).num_train
+        p = f"{s.p_now_given_before:.2f}" if math.isfinite(s.p_now_given_before) else "n/a"
+        out.append(f"  zero-variance groups  {s.zero_variance:.0%} of {s.rollouts} rollouts ({s.all_right:.0%} all right, "
+                   f"{s.all_wrong:.0%} all wrong); P(zero-variance now | at the previous visit) {p} over {s.revisits} revisits")
+        history_f, note = history_judgement(s)
+    if noise is not None and math.isfinite(noise.b_noise):
+        out.append(f"  critical batch        {critical_batch_line(noise)}")
+    advice = run_advice(noise, history_f, read_facts(groups.parent) if groups is not None else RunFacts(), note)
+    out.append(f"  advice                {advice.line}")
+    out += [f"                        {c}" for c in advice.context]
+    if where:
+        out.append(f"  details               lit-rlvr report {where} (each lever, the shares, the hindsight oracle)")
+    return out
+
+
 def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
-    """The summary's lines on the rollouts, the critical batch and the advice (``lit_rlvr.advice.advice_block``) from
+    """The summary's lines on the rollouts, the critical batch and the advice (``advice_block``) from
     this fit's files: its ``GroupRecorder``'s ``groups.csv`` and the metrics; ``lit-rlvr report`` prints the same."""
-    from lit_rlvr.advice import advice_block
-    from lit_rlvr.console import show_path
+    from lit_rlvr.group_records import GroupRecorder
+    from lit_rlvr.paths import show_path
 
     recorder = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, GroupRecorder)), None)
     path = recorder.resolve_path(trainer) if recorder is not None else None
@@ -390,7 +415,6 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     groups = folder / FILE_NAME
     if not groups.is_file():
         raise FileNotFoundError(f"no {FILE_NAME} in {folder}: runs of lit-rlvr fit keep it there (GroupRecorder)")
-    from lit_rlvr.advice import advice_block, read_facts
     from lit_rlvr.levers import lever_page_section, run_noise
 
     rows = read_run(metrics)
@@ -468,6 +492,4 @@ def main(argv: Optional[list[str]] = None) -> None:
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"lit-rlvr report: {e}") from None
     print(f"wrote {md}\nwrote {png}")
-    from lit_rlvr.advice import advice_block
-
     print("\n".join(advice_block(read_run(md.parent / "metrics.csv"), md.parent / FILE_NAME)))

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 from lightning.pytorch.loggers import CSVLogger
 
-from lit_rlvr.console import show_path as _show
+from lit_rlvr.paths import show_path as _show
 from lit_rlvr.plot import heldout, plot_run, read_run
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Two checks of one map (``LAYERS``), plus the lab's edge: nothing in lit_rlvr but the benchmark
 package itself imports ``lit_rlvr.bench`` or the top-level ``benchmarks/`` scripts, and the
-subcommands ``lit-rlvr`` dispatches by name (``cli.SUBCOMMANDS``, imported by ``importlib``,
+subcommands ``lit-rlvr`` dispatches by name (``user_tools.SUBCOMMANDS``, imported by ``importlib``,
 which the static check cannot see) are product modules that load no benchmark code either.
 
 * static: every import statement in every file of ``lit_rlvr/`` (top level, inside a function,
@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     # 0. records and contract: what every stage passes and the selection contract.
     "lit_rlvr.types": 0,
     "lit_rlvr.advantages": 0,
+    "lit_rlvr.zero_variance": 0,  # the zero-variance rule, torch-free
     "lit_rlvr.selection": 0,
     "lit_rlvr.selection_host": 0,
     "lit_rlvr.selection_toolkit": 0,
@@ -58,6 +59,9 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.data": 1,
     "lit_rlvr.console": 1,
     "lit_rlvr.plot": 1,
+    "lit_rlvr.paths": 1,
+    "lit_rlvr.group_file": 1,  # groups.csv's columns and reader, torch-free
+    "lit_rlvr.run_noise_scale": 1,
     "lit_rlvr.loggers": 1,
     "lit_rlvr.voting": 1,
     "lit_rlvr.curves": 1,
@@ -84,6 +88,9 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.selection_report": 5,
     "lit_rlvr.report_figure": 5,
     "lit_rlvr.levers": 5,
+    "lit_rlvr.advice": 5,
+    "lit_rlvr.launch": 5,  # the console script: stdlib only until a Trainer command
+    "lit_rlvr.user_tools": 5,  # SUBCOMMANDS, stdlib only
     "lit_rlvr.cli_help": 5,
     "lit_rlvr.cli_errors": 5,
     "lit_rlvr.progress_log": 1,

@@ -46,6 +46,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from lit_rlvr.run_noise_scale import run_noise_scale  # noqa: F401 (torch-free, read by lit-rlvr report)
+
 __all__ = [
     "NoiseScaleTracker", "StepMoments", "biased_noise_scale", "unbiased_estimates",
     "unit_estimates", "run_noise_scale",
@@ -172,27 +174,6 @@ class NoiseScaleTracker:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.beta = float(state.get("beta", self.beta))
         self.history = [dict(r) for r in state.get("history", [])]
-
-
-def run_noise_scale(history: Sequence[dict[str, float]], key: str = "informative") -> tuple[float, float]:
-    """(B_simple, its jackknife standard error) over a run: Σ_t tr Σ_t / Σ_t |G|²_t, delete-one-step jackknife.
-
-    NaN when fewer than two steps had an estimate or the summed |G|² is not positive (noise dominates).
-    """
-    pairs = [(r[f"trace_{key}"], r[f"g2_{key}"]) for r in history]
-    pairs = [(t, g) for t, g in pairs if math.isfinite(t) and math.isfinite(g)]
-    if len(pairs) < 2:
-        return math.nan, math.nan
-    T, D = sum(t for t, _ in pairs), sum(g for _, g in pairs)
-    if D <= 0:
-        return math.nan, math.nan
-    n = len(pairs)
-    leave = [(T - t) / (D - g) if D - g > 0 else math.nan for t, g in pairs]
-    if not all(math.isfinite(v) for v in leave):
-        return T / D, math.nan
-    mean = sum(leave) / n
-    se = math.sqrt((n - 1) / n * sum((v - mean) ** 2 for v in leave))
-    return T / D, se
 
 
 ADAM_WARMUP_STEPS = 10

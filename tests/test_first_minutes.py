@@ -1,0 +1,79 @@
+"""A newcomer's first ten minutes: a missing data file is "file not found" at once, and a flag typo, a missing config
+file and an unknown class each end on one line that points to --help, without argparse's usage dump."""
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from lit_rlvr.cli import main
+from lit_rlvr.data import HFDatasetSource
+from lit_rlvr.data.files import looks_local
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "configs" / "tiny.yaml")
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a missing local file must not reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_a_missing_local_data_file_fails_at_once_naming_the_nearest_file(tmp_path, monkeypatch, no_network):
+    # before: sent to the Hugging Face Hub, five retries, a ~50-line traceback 36 s in, the file never named
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    start = time.perf_counter()
+    for path in ("data/trian.jsonl", "./data/train", "data/sub/train.jsonl"):
+        with pytest.raises(ValueError, match=rf"no such file '{path}' .*the nearest existing file is 'data/train.jsonl'"):
+            HFDatasetSource(path, val_split=None, val_size=1)
+    with pytest.raises(ValueError, match="HFDatasetSource val_split: no such file 'data/test.jsonl'"):
+        HFDatasetSource("data/train.jsonl", val_split="data/test.jsonl")
+    assert time.perf_counter() - start < 2.0
+    assert looks_local("x.jsonl") and looks_local("./gsm8k") and looks_local("a/b/c")
+    assert not looks_local("openai/gsm8k") and not looks_local("json")  # Hub names and builder names stay remote
+
+
+def test_a_missing_data_file_ends_the_command_before_the_model_is_built(tmp_path, monkeypatch, capsys, no_network):
+    from lit_rlvr.cli import LitRLVRCLI
+
+    def never(*args, **kwargs):
+        raise AssertionError("the classes (the model first) were built before the data file was checked")
+
+    monkeypatch.setattr(LitRLVRCLI, "instantiate_classes", never)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", TINY, "--data.source=lit_rlvr.data.HFDatasetSource",
+              "--data.source.init_args.path=trian.jsonl", "--data.source.init_args.val_split=null",
+              "--data.source.init_args.val_size=1"])
+    message = str(info.value.code)
+    assert message.startswith("lit-rlvr: data error: data.source.init_args.path: no such file 'trian.jsonl'")
+    assert message.endswith("the nearest existing file is 'train.jsonl'") and "\n" not in message
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--trainer.max_step=3"], "error: trainer does not accept option 'max_step': did you mean trainer.max_steps?"),
+    (["--model.class_path=lit_rlvr.module.GRPOModul"],
+     "error: model: class_path lit_rlvr.module.GRPOModul does not exist: lit_rlvr.module has no class GRPOModul; "
+     "did you mean lit_rlvr.module.GRPOModule?"),
+    (["--config", str(ROOT / "configs" / "tinyy.yaml")], "error: --config: no such file 'configs/tinyy.yaml' (from "),
+])
+def test_an_error_is_one_line_that_points_to_help_without_the_usage(capsys, monkeypatch, args, line):
+    # before: 50-66 lines of argparse usage above the line
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--config", TINY, *args])
+    assert info.value.code == 2
+    text = capsys.readouterr().err
+    err = [e for e in text.splitlines() if e.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith(line), text
+    assert "lit-rlvr fit --" in err[0] and "usage:" not in text and "[--trainer" not in text
+    if "tinyy" in line:
+        assert err[0].endswith("did you mean --config configs/tiny.yaml? ('lit-rlvr fit --help' lists every option)")
