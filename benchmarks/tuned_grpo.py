@@ -3,6 +3,7 @@ lever model's predictions for the selectors at 2 prompts (regime B), written bef
 
     python benchmarks/tuned_grpo.py predict --out docs/results/critical_batch/tuned_predictions
     python benchmarks/tuned_grpo.py ratios --out docs/results/critical_batch/against_tuned   # README's first column
+    python benchmarks/tuned_grpo.py cells     # the 2-prompt cells (smollm2_mixed_b2), × tuned GRPO on their seed
 
 ``ratios``: rollouts (and tokens, where recorded) to 0.50 and 0.60 held-out of every committed cell at 8 prompts,
 × tuned GRPO's (the committed ``grpo+b2`` cells) on the same seed, in regime A (the quick-start's task) and B.
@@ -140,13 +141,45 @@ def ratios(targets=(0.5, 0.6)) -> list[str]:
     return lines
 
 
+def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6)) -> list[str]:
+    """Markdown: one row per 2-prompt cell in ``folder``, its rollouts to each target and × tuned GRPO's on its seed,
+    final held-out accuracy, steps, the fit's wall and CPU seconds and the load at its start and end."""
+    from lit_rlvr.bench.result_report import runs_from_results
+    from lit_rlvr.curves import accuracy_curve, rollouts_to_target
+
+    runs = runs_from_results(folder)
+    tuned = {r.seed: r for r in runs if r.strategy == "grpo+b2"}
+
+    def to(run, t):
+        x, y, _ = accuracy_curve(run, "heldout_prompts/pass@1")
+        return rollouts_to_target(x, y, t) if len(x) else math.nan
+
+    head = " | ".join(f"to {t:.2f} (× tuned)" for t in targets)
+    lines = [f"| cell | {head} | held-out at the end | steps | wall s | CPU s | load start → end (1 min) |",
+             "|---|" + "---:|" * (len(targets) + 5)]
+    for r in sorted(runs, key=lambda r: (r.strategy, int(r.seed))):
+        if r.strategy in ("grpo", "grpo+b2"):
+            continue
+        res = r.result
+        reach = []
+        for t in targets:
+            v, ref = to(r, t), to(tuned[r.seed], t) if r.seed in tuned else math.nan
+            reach.append("not reached" if not math.isfinite(v) else f"{v:,.0f} ({v / ref:.2f})" if math.isfinite(ref) else f"{v:,.0f}")
+        final = accuracy_curve(r, "heldout_prompts/pass@1")[1][-1]
+        cpu = res.get("cpu_seconds")
+        load = (f"{res['load_start'][0]:.1f} → {res['load_end'][0]:.1f}" if res.get("load_start") and res.get("load_end") else "–")
+        lines.append(f"| {r.strategy}, seed {r.seed} | {' | '.join(reach)} | {final:.3f} | {res['steps']} | "
+                     f"{res['wall_seconds']:,.0f} | {'–' if cpu is None else f'{cpu:,.0f}'} | {load} |")
+    return lines
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("cmd", choices=["predict", "ratios"])
+    ap.add_argument("cmd", choices=["predict", "ratios", "cells"])
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    if args.cmd == "ratios":
-        lines = ratios()
+    if args.cmd in ("ratios", "cells"):
+        lines = ratios() if args.cmd == "ratios" else cells()
         print("\n".join(lines))
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)

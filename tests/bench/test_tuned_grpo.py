@@ -46,3 +46,19 @@ def test_the_predictions_and_ratios_come_from_the_committed_records():
     assert dps["point"] == pytest.approx(f2 / mod.share("smollm2_mixed", "dps"))  # x = 0: f / f'
     assert all(r["low"] <= r["point"] <= r["high"] for r in p["rows"] if r["point"] == r["point"])
     assert "| B | 0.50 | grpo | 2.10 ± 0.08 (3) | 2.18 ± 0.06 |" in mod.ratios()
+
+
+def test_cells_pair_each_2_prompt_cell_with_tuned_grpo_on_its_seed(tmp_path):
+    from lit_rlvr.bench.results import write_result
+    from tests.benchmark_scripts import load_benchmark
+
+    def result(strategy, accs, cpu=None):
+        evals = [{"step": i, "rollouts": 64.0 * i, "train_seconds": 1.0 * i, "heldout_prompts/pass@1": a} for i, a in enumerate(accs)]
+        return {"format": 1, "strategy": strategy, "seed": 0, "settings": {}, "wall_seconds": 100.0, "steps": 9,
+                "rollouts_generated": 64.0 * (len(accs) - 1), "evals": evals, "groups": {},
+                **({"cpu_seconds": cpu, "load_start": [1.0, 1, 1], "load_end": [2.0, 2, 2]} if cpu else {})}
+    write_result(tmp_path, result("grpo+b2", [0.1, 0.3, 0.5, 0.6]))  # 0.50 at 128, 0.60 at 192
+    write_result(tmp_path, result("dps+b2", [0.1, 0.5, 0.55, 0.55], cpu=42.0))  # 0.50 at 64, 0.60 never
+    lines = load_benchmark("tuned_grpo").cells(tmp_path)
+    assert lines[2] == "| dps+b2, seed 0 | 64 (0.50) | not reached | 0.550 | 9 | 100 | 42 | 1.0 → 2.0 |"
+    assert len(lines) == 3  # tuned GRPO is the reference, not a row
