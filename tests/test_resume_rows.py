@@ -9,13 +9,17 @@ between a step's checkpoint and its row would lose is written by the resumed fit
 
 import csv
 import hashlib
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from lit_rlvr.cli import main
-from tests.test_module import PARITY, TINY
+from tests.test_module import PARITY, ROOT, TINY
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +134,27 @@ def test_the_row_of_a_step_killed_between_its_checkpoint_and_its_row_is_written_
     again = [r for r in _rows(run) if r["step"] == "3"]
     assert again == lost  # the same two rows, once each: the train row from the checkpoint, the evaluation re-run
     assert _train_steps(run) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_sigkill_between_a_steps_checkpoint_and_its_row_loses_no_row(finished, tmp_path):
+    # a real fit killed (SIGKILL) while it saves step 2's last.ckpt: step 2's own checkpoint file is on disk,
+    # Lightning has not logged that step's metrics row yet (before: that row was missing for good)
+    root = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, f"--trainer.default_root_dir={root}",
+           "--trainer.max_steps=4", *PARITY, "--trainer.callbacks+=tests.stop_helpers.KillAtSave", "--trainer.callbacks.step=2"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    run = root / "csv" / "version_0"
+    assert _train_steps(run) == [0]  # step 2's row (step=1) was not logged
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if not p.name.startswith(".")) == ["epoch=0-step=2.ckpt"]
+    _fit(root, 4, run / "checkpoints" / "epoch=0-step=2.ckpt")
+    straight = finished / "csv" / "version_0"
+    assert _train_steps(run) == [0, 1, 2, 3] and _group_steps(run) == [0, 1, 2, 3]
+    assert [s for s, _ in _evaluations(run)] == [0, 3]
+    for key in ("reward/mean", "tokens/generated", "cumulative/rollouts_generated", "train/loss"):
+        got = [float(r[key]) for r in _rows(run) if r.get("rollouts/generated")]
+        assert got == pytest.approx([float(r[key]) for r in _rows(straight) if r.get("rollouts/generated")], rel=1e-4, abs=1e-6), key
 
 
 def test_a_hand_edited_step_cell_is_refused_naming_the_file_and_row(finished, tmp_path):
