@@ -159,12 +159,8 @@ class GRPOModule(PolicyModule):
         return StepContext(int(self.steps_done), int(self.seed), int(self.global_rank), world, int(self.rollout_settings.num_generations))
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Attach the step's context to the pool: Lightning calls this before the pre-rollout hooks see it.
-
-        A pool the loader prefetched before a batch change (``AdaptiveBatch``) is re-cut to the new size first."""
+        """Attach the step's context to the pool: Lightning calls this before the pre-rollout hooks see it."""
         if isinstance(batch, PromptPool):
-            current_pool = getattr(getattr(self._trainer, "datamodule", None), "current_pool", None)
-            batch = current_pool(batch) if callable(current_pool) else batch
             batch.context = self.step_context()
         return batch
 

@@ -9,10 +9,11 @@ grows only when even N − z·SE aims above the current batch, shrinks only when
 and otherwise holds. Nothing is timed by default, so a fit, its repeat and its resume decide the same.
 ``measure_costs`` times the fit instead (opt-in: the decisions then depend on the machine's clock).
 
-What a change carries: the data module cuts the next pools at the new size from where the epoch is
-(``PromptDataModule.resize``); Adam's β₂ keeps its half-life in samples (β₂' = β₂^(B'/B₀), B₀ and β₂ the
-configured ``data.batch_size`` and β₂); the learning rate is unchanged; the loss normaliser is the step's
-own kept tokens, so it needs nothing. Under several ranks rank 0 decides and broadcasts; the batch is a
+What a change carries: the decision after step k sets the batch of pool k + 2, the first the loader has
+not cut yet (it cuts one ahead), so the data module cuts it at the new size from where the epoch is
+(``PromptDataModule.resize``) and nothing is re-cut; each step sets Adam's β₂ from its own pool's batch,
+keeping its half-life in samples (β₂' = β₂^(B'/B₀), B₀ and β₂ the configured ``data.batch_size`` and β₂);
+the learning rate is unchanged; the loss normaliser is the step's own kept tokens, so it needs nothing. Under several ranks rank 0 decides and broadcasts; the batch is a
 multiple of the world size. The controller's state is checkpointed; the data module's changes too.
 """
 
@@ -111,7 +112,7 @@ class AdaptiveBatch(SelectionCallback):
         self.max_change, self.fixed_cost_rollouts, self.measure_costs = float(max_change), float(fixed_cost_rollouts), bool(measure_costs)
         self.z, self.multiple, self.ema = float(z), multiple, float(ema)
         # state (checkpointed)
-        self.prompts = 0  # the batch of the step about to run (0: not set up yet)
+        self.prompts = 0  # the batch of the newest pool decided (the one after the step about to run; 0: not set up)
         self.start_prompts = 0  # the batch the fit started at: min_prompts, rounded up to the world size
         self.base_prompts = 0  # the configured data.batch_size, β₂'s reference
         self.base_beta2 = math.nan
@@ -124,6 +125,7 @@ class AdaptiveBatch(SelectionCallback):
         self.last_target = self.last_low = self.last_high = math.nan
         self.last_b_noise = self.last_b_noise_se = math.nan
         self._t0 = 0.0
+        self._step_prompts = 0  # the batch of the step running or last run (this process)
         self._rollouts = 0.0
         self._refills = False
 
@@ -166,8 +168,11 @@ class AdaptiveBatch(SelectionCallback):
             self.base_beta2 = float(_param_groups(pl_module)[0]["betas"][1])
             start = next_prompts(self.min_prompts, self.min_prompts, min_prompts=self.min_prompts,
                                  max_prompts=self.max_prompts, max_change=self.max_change, world_size=world)
-            self.prompts = self.base_prompts  # _apply moves data and β₂ from the configured batch to the start
-            self._apply(trainer, pl_module, start, at_pool=0)
+            self.prompts = self.base_prompts  # _apply moves the data from the configured batch to the start
+            self._apply(trainer, start, at_pool=0)
+            beta2 = beta2_for(self.base_beta2, self.base_prompts, start)
+            for group in _param_groups(pl_module):  # as the first step will set it (a summary before it reads it)
+                group["betas"] = (group["betas"][0], beta2)
             self.start_prompts, self.changes = start, 0  # the start is not a change
 
     # ------------------------------------------------------------------ per step
@@ -175,7 +180,12 @@ class AdaptiveBatch(SelectionCallback):
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: BatchHost, batch: Any, batch_idx: int) -> None:
         if isinstance(batch, PromptPool):
-            self._t0 = time.perf_counter()
+            if self.measure_costs:
+                self._t0 = time.perf_counter()
+            self._step_prompts = int(batch.batch_size)
+            beta2 = beta2_for(self.base_beta2, self.base_prompts, self._step_prompts)  # this step's own batch
+            for group in _param_groups(pl_module):
+                group["betas"] = (group["betas"][0], beta2)
             self.set_metrics({"prompts": float(batch.batch_size), "b_noise": self.last_b_noise,
                               "b_noise_se": self.last_b_noise_se, "share": self.share, "target": self.last_target,
                               "target_low": self.last_low, "target_high": self.last_high,
@@ -208,7 +218,7 @@ class AdaptiveBatch(SelectionCallback):
         (nxt, self.reason, self.last_target, self.last_low, self.last_high, self.last_b_noise, self.last_b_noise_se,
          self.fixed_ema, self.roll_ema, self.cost_count) = decision
         self.steps_seen += 1
-        self._apply(trainer, pl_module, int(nxt), at_pool=int(pl_module.steps_done))
+        self._apply(trainer, int(nxt), at_pool=int(pl_module.steps_done) + 1)  # the loader has cut the next pool
 
     # ------------------------------------------------------------------ the decision
 
@@ -263,14 +273,12 @@ class AdaptiveBatch(SelectionCallback):
             nxt, reason = self.prompts, 6
         return (nxt, reason, float(target), float(low), float(high), float(b_noise), float(se), *costs)
 
-    def _apply(self, trainer: pl.Trainer, pl_module: BatchHost, prompts: int, at_pool: int) -> None:
-        """The data module's pools from ``at_pool`` on and Adam's β₂ follow the new batch (no change: nothing is touched)."""
+    def _apply(self, trainer: pl.Trainer, prompts: int, at_pool: int) -> None:
+        """The data module cuts pools from ``at_pool`` on at ``prompts`` (no change: nothing is touched); each
+        step's β₂ follows its own pool (``on_train_batch_start``)."""
         if prompts == self.prompts:
             return
         trainer.datamodule.resize(prompts, at_pool=at_pool)
-        beta2 = beta2_for(self.base_beta2, self.base_prompts, prompts)
-        for group in _param_groups(pl_module):
-            group["betas"] = (group["betas"][0], beta2)
         self.prompts = prompts
         self.changes += 1
 
@@ -287,7 +295,9 @@ class AdaptiveBatch(SelectionCallback):
             why = (f"{verb}; aim {_fmt(self.last_target)} prompts [{_fmt(self.last_low)}-{_fmt(self.last_high)} at N ± "
                    f"{self.z:g} SE] from N = {_fmt(self.last_b_noise)} ± {_fmt(self.last_b_noise_se)} prompt groups, "
                    f"f = {self.share:.2f}, a step's fixed cost {_fmt(self._fixed_cost())} rollouts")
-        return (f"  batch controller      settled on {self.prompts} prompts/step (started at {self.start_prompts}, "
+        last = self._step_prompts or self.prompts
+        nxt = "" if last == self.prompts else f", {self.prompts} decided for the next"
+        return (f"  batch controller      ended at {last} prompts/step{nxt} (started at {self.start_prompts}, "
                 f"{self.changes} changes): {why}")
 
 

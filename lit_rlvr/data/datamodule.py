@@ -34,8 +34,9 @@ not even one new pool fits in what is left), so no id of the epoch is skipped or
 changes are a list of segments ``(first pool, epoch, offset, batch size)``, saved with the
 position, so pool ``k`` stays a pure function of ``(seed, k, segments)`` and a resume cuts the
 same pools. Without a change there is one segment ``(0, 0, 0, B)`` and the pools are the ones
-described above. A pool the loader prefetched before a change was cut at the old size:
-``current_pool`` re-cuts it (the module calls it before the pre-rollout hooks).
+described above. The stream cuts each pool once, at the batch in force for its index, and the loader
+cuts one pool ahead of training: a change must name a pool not yet cut (``resize`` refuses one that
+was), so a controller decides a pool ahead and nothing is ever re-cut.
 
 Ranks. Every rank receives the same pool (the stream is an ``IterableDataset``,
 so Lightning adds no ``DistributedSampler``): selectors on every rank see the
@@ -64,30 +65,28 @@ _DRAW_SALT = 0x5EED_D4A3  # separates draw() streams from epoch permutations
 
 
 class _TrainPoolStream(IterableDataset):
-    """Infinite stream of train pools (as record lists) starting at the data module's position."""
+    """Infinite stream of train pools, each a ``PromptPool`` cut at its index's batch, from the data module's position."""
 
     def __init__(self, dm: "PromptDataModule") -> None:
         self.dm = dm
 
-    def __iter__(self) -> Iterator[list[PromptRecord]]:
+    def __iter__(self) -> Iterator[PromptPool]:
         start = self.dm._position()  # read now: Lightning calls iter() after restoring its loops
+        self.dm._cut_until = start
         return self._gen(start)
 
-    def _gen(self, k: int) -> Iterator[list[PromptRecord]]:
+    def _gen(self, k: int) -> Iterator[PromptPool]:
         records = self.dm._train
         while True:
             ids = self.dm.pool_ids(k).tolist()
-            self.dm._cursor = k + 1
-            pool = _PoolRecords(records[i] for i in ids)
-            pool.batch_size = self.dm.batch_size_at(k)
-            yield pool
+            self.dm._cursor = self.dm._cut_until = k + 1
+            yield self.dm._collate([records[i] for i in ids], batch_size=self.dm.batch_size_at(k))
             k += 1
 
 
-class _PoolRecords(list):
-    """One pool's records (a list), with the batch size of the pool index it was cut for (set by ``_gen``)."""
-
-    batch_size: Optional[int] = None
+def _as_served(pool: PromptPool) -> PromptPool:
+    """The training loader's collate: the stream already serves whole pools."""
+    return pool
 
 
 class _TrainPoolLoader(DataLoader):
@@ -100,7 +99,7 @@ class _TrainPoolLoader(DataLoader):
     """
 
     def __init__(self, dm: "PromptDataModule") -> None:
-        super().__init__(_TrainPoolStream(dm), batch_size=None, collate_fn=dm.collate_train, num_workers=0)
+        super().__init__(_TrainPoolStream(dm), batch_size=None, collate_fn=_as_served, num_workers=0)
         self._dm = dm
 
     def state_dict(self) -> dict[str, Any]:
@@ -178,6 +177,7 @@ class PromptDataModule(L.LightningDataModule):
         self._train: Optional[list[PromptRecord]] = None
         self._val: Optional[list[PromptRecord]] = None
         self._cursor = 0  # pools yielded / restored position, used when no trainer is fitting
+        self._cut_until = 0  # the stream has cut every pool below this index: a change must start at or after it
         self._perms: OrderedDict[int, torch.Tensor] = OrderedDict()
         self._segments: list[tuple[int, int, int, int]] = [(0, 0, 0, self.batch_size)]
         """(first pool, epoch, offset in its permutation, batch size) of each run of equal-sized pools."""
@@ -292,6 +292,9 @@ class PromptDataModule(L.LightningDataModule):
             )
         if at_pool < self._segments[-1][0]:
             raise ValueError(f"PromptDataModule.resize: pool {at_pool} precedes the last change (pool {self._segments[-1][0]})")
+        if at_pool < self._cut_until:
+            raise ValueError(f"PromptDataModule.resize: pool {at_pool} was already cut (the loader cuts one pool ahead); "
+                             f"a change applies from pool {self._cut_until} on: decide a pool ahead")
         if self.batch_size_at(at_pool) == batch_size:
             return
         if at_pool == self._segments[-1][0] and len(self._segments) > 1:
@@ -309,19 +312,9 @@ class PromptDataModule(L.LightningDataModule):
         """The segments after the first: (first pool, epoch, offset, batch size) of each change."""
         return list(self._segments[1:])
 
-    def current_pool(self, pool: PromptPool) -> PromptPool:
-        """The pool to train on now: ``pool``, or, when a ``resize`` came after the loader cut it, the pool re-cut."""
-        if len(self._segments) == 1 or not isinstance(pool, PromptPool):
-            return pool
-        k = self._position()
-        ids = self.pool_ids(k)
-        if pool.batch_size == self.batch_size_at(k) and torch.equal(pool.ids, ids):
-            return pool
-        return self._collate([self.train_records[i] for i in ids.tolist()], batch_size=self.batch_size_at(k))
-
     def pool(self, k: int) -> PromptPool:
         """Training pool ``k`` as the data loader serves it."""
-        return self.collate_train([self.train_records[i] for i in self.pool_ids(k).tolist()])
+        return self._collate([self.train_records[i] for i in self.pool_ids(k).tolist()], batch_size=self.batch_size_at(k))
 
     def draw(self, n: int, key: int, exclude: Optional[torch.Tensor | list[int]] = None) -> PromptPool:
         """``n`` train prompts outside ``exclude``, a pure function of ``(seed, key, exclude)``.
@@ -362,8 +355,8 @@ class PromptDataModule(L.LightningDataModule):
         )
 
     def collate_train(self, records: list[PromptRecord]) -> PromptPool:
-        """A training pool: ``batch_size`` is B (the B of the pool index the stream cut it for)."""
-        return self._collate(records, batch_size=getattr(records, "batch_size", None) or self.batch_size)
+        """A training pool of ``records`` at the configured ``batch_size`` B."""
+        return self._collate(records, batch_size=self.batch_size)
 
     def collate_val(self, records: list[PromptRecord]) -> PromptPool:
         """A validation batch: ``batch_size`` is its length (every prompt is evaluated)."""

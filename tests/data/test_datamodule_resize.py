@@ -57,20 +57,20 @@ def test_a_revised_change_replaces_the_one_at_the_same_pool_and_a_past_one_is_re
         dm.resize(61, at_pool=6)
 
 
-def test_the_changes_travel_in_the_state_and_a_stale_prefetched_pool_is_recut(source):
+def test_the_changes_travel_in_the_state_and_a_pool_already_cut_is_never_changed(source):
     dm = PromptDataModule(source, batch_size=4, pool_multiple=1.5)
     it = iter(dm.train_dataloader())
-    first, prefetched = next(it), next(it)  # the loader cut pool 1 before the change
-    dm._cursor = 1  # trained on pool 0: pool 1 is next
-    dm.resize(2, at_pool=1)
-    assert len(prefetched) == 6 and prefetched.batch_size == 4
-    recut = dm.current_pool(prefetched)
-    assert recut.batch_size == 2 and recut.ids.tolist() == dm.pool_ids(1).tolist() == dm._permutation(0)[6:9].tolist()
-    assert dm.current_pool(recut) is recut  # already current: unchanged
-    assert next(it).ids.tolist() == dm.pool_ids(2).tolist() and len(dm.pool_ids(2)) == 3
+    first, prefetched = next(it), next(it)  # the loader cut pool 1 ahead of training
+    with pytest.raises(ValueError, match="pool 1 was already cut .* from pool 2 on: decide a pool ahead"):
+        dm.resize(2, at_pool=1)
+    dm.resize(2, at_pool=2)
+    assert (first.batch_size, prefetched.batch_size, len(prefetched)) == (4, 4, 6)
+    pool2 = next(it)
+    assert pool2.batch_size == 2 and pool2.ids.tolist() == dm.pool_ids(2).tolist() == dm._permutation(0)[12:15].tolist()
+    assert dm.pool(2).ids.tolist() == pool2.ids.tolist() and dm.pool(2).batch_size == 2
 
     resumed = PromptDataModule(source, batch_size=4, pool_multiple=1.5)
-    resumed.load_state_dict(dm.state_dict())
+    resumed.load_state_dict({**dm.state_dict(), "pools_consumed": 2})
     assert torch.equal(resumed.state_dict()["batch_changes"], dm.state_dict()["batch_changes"])
     for k in range(1, 25):
         assert resumed.pool_ids(k).tolist() == dm.pool_ids(k).tolist()
