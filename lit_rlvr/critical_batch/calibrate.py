@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import glob
+import math
 import os
 import subprocess
 import sys
@@ -39,6 +40,8 @@ class Calibration:
     """c_roll: CPU seconds per rollout."""
     steps: int
     """Steps the line was fitted to."""
+    fixed_cost_rollouts_se: float = float("nan")
+    """The standard error of φ (delta method over the line's residuals; NaN with fewer than 3 steps)."""
 
     @property
     def fixed_cost_rollouts(self) -> float:
@@ -56,7 +59,14 @@ def fit_costs(points: Sequence[tuple[float, float]]) -> Calibration:
     mx, my = sum(xs) / n, sum(y for _, y in points) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    return Calibration(fixed_s=my - slope * mx, per_rollout_s=slope, steps=n)
+    intercept = my - slope * mx
+    se = float("nan")
+    if n > 2 and slope > 0 and intercept > 0:
+        s2 = sum((y - intercept - slope * x) ** 2 for x, y in points) / (n - 2)  # residual variance
+        var_a, var_b, cov = s2 * (1 / n + mx * mx / sxx), s2 / sxx, -mx * s2 / sxx
+        phi = intercept / slope
+        se = phi * math.sqrt(max(var_a / intercept**2 + var_b / slope**2 - 2 * cov / (intercept * slope), 0.0))
+    return Calibration(fixed_s=intercept, per_rollout_s=slope, steps=n, fixed_cost_rollouts_se=se)
 
 
 def _steps(run_dir: str) -> list[tuple[float, float]]:
@@ -109,7 +119,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     phi = cal.fixed_cost_rollouts
     print(f"a step: {cal.fixed_s:.2f} CPU s fixed + {cal.per_rollout_s:.3f} CPU s per rollout "
-          f"({cal.steps} steps): its fixed cost is {phi:.1f} rollouts")
+          f"({cal.steps} steps): its fixed cost is {phi:.1f} ± {cal.fixed_cost_rollouts_se:.1f} rollouts "
+          f"(standard error; more --steps narrow it)")
     print("put this in the AdaptiveBatch config (configs/methods/adaptive_batch.yaml's init_args):")
     print(f"  fixed_cost_rollouts: {phi:.1f}")
     print(f"or on the command line: --trainer.callbacks.init_args.fixed_cost_rollouts={phi:.1f}")

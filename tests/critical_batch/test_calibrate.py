@@ -19,6 +19,9 @@ def test_the_line_through_the_steps_gives_the_fixed_cost_in_rollouts():
     cal = fit_costs(points)
     assert cal.fixed_s == pytest.approx(0.45) and cal.per_rollout_s == pytest.approx(0.23)
     assert cal.fixed_cost_rollouts == pytest.approx(0.45 / 0.23) and cal.steps == 3
+    assert 0 < cal.fixed_cost_rollouts_se < 0.5  # +-0.01 s of noise on 4-15 s steps: a tight line
+    wide = fit_costs([(16.0, 3.0), (16.0, 4.5), (64.0, 12.0), (64.0, 13.5)])
+    assert wide.fixed_cost_rollouts_se > fit_costs([(16.0, 3.7), (16.0, 3.8), (64.0, 12.7), (64.0, 12.8)]).fixed_cost_rollouts_se
     assert fit_costs([(8.0, 1.0), (32.0, 2.0)]).fixed_cost_rollouts == pytest.approx(0.6667 / (1 / 24), rel=1e-3)
     assert fit_costs([(8.0, 1.0), (32.0, 4.0)]).fixed_cost_rollouts == 0.0  # a negative intercept: no fixed cost
     assert math.isnan(fit_costs([(8.0, 2.0), (32.0, 1.0)]).fixed_cost_rollouts)  # cost falling with rollouts: no answer
