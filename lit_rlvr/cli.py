@@ -40,7 +40,7 @@ from lit_rlvr.config_checks import (
     check_model_parallel, check_run_is_bounded, config_files, init_error_message, method_config_notices,
     parse_error_line, resolve_class_path,
 )
-from lit_rlvr.cli_errors import data_errors_alone, missing_data_file
+from lit_rlvr.cli_errors import FRESH_RUN_FOLDERS, data_errors_alone, discard_unused_run, fresh_run_folders, missing_data_file
 from lit_rlvr.cli_help import with_class_options
 from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
 from lit_rlvr.group_records import GroupRecorder
@@ -183,6 +183,7 @@ class LitRLVRCLI(LightningCLI):
             loggers = config.get("logger")
             loggers = list(loggers) if isinstance(loggers, (list, tuple)) else [loggers]
             place_run(loggers, self.model, self._subconfig().get("ckpt_path"), config.get("max_steps"))
+            FRESH_RUN_FOLDERS[:] = fresh_run_folders(loggers)  # removed again if this fit fails before writing
         return super().instantiate_trainer(**kwargs)
 
 
@@ -250,7 +251,8 @@ def main(args: Optional[list[str]] = None) -> None:
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     # GRPOModule.on_before_batch_transfer attaches the step context to the data module's pools (on purpose).
     warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
-    with data_errors_alone():  # a bad data file ends on its clear line, no traceback (lit_rlvr.cli_errors)
+    FRESH_RUN_FOLDERS.clear()
+    with data_errors_alone(), discard_unused_run():  # a bad data file ends on its clear line (lit_rlvr.cli_errors)
         LitRLVRCLI(
             PolicyModule,
             LightningDataModule,

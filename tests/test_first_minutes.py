@@ -99,3 +99,19 @@ def test_every_model_and_data_option_in_fit_help_has_a_description(capsys, monke
             undocumented.append(flag)
     assert len(re.findall(r"\n  --model\.", tail)) > 40 and undocumented == []
     assert "G: rollouts per prompt (the group size)" in " ".join(tail.split())
+
+
+def test_a_fit_that_fails_before_its_first_step_leaves_no_version_folder(tmp_path, monkeypatch):
+    # before: an empty csv/version_0 (and tensorboard/version_0 with a header-only event file) per failed fit
+    monkeypatch.delenv("LIT_RLVR_DEBUG", raising=False)
+    (tmp_path / "empty.jsonl").write_text("")
+    config = tmp_path / "data.yaml"
+    config.write_text(f"data:\n  source:\n    class_path: lit_rlvr.data.HFDatasetSource\n    init_args:\n"
+                      f"      path: {tmp_path / 'empty.jsonl'}\n      val_split: null\n      val_size: 1\n")
+    root = tmp_path / "runs"
+    (root / "csv" / "version_0").mkdir(parents=True)  # an earlier run's folder is never touched
+    (root / "csv" / "version_0" / "metrics.csv").write_text("step\n0\n")
+    with pytest.raises(SystemExit, match="empty.jsonl"):
+        main(["fit", "--config", TINY, "--config", str(config), f"--trainer.default_root_dir={root}"])
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == [
+        "csv", "csv/version_0", "csv/version_0/metrics.csv", "tensorboard"]
