@@ -47,6 +47,7 @@ from lit_rlvr.checkpoint_files import (
     judge_weights, process_tag,
 )
 from lit_rlvr.checkpoint_files import first_nonfinite, fsync_file, is_stale, parse_temporary  # noqa: F401 - importable from here as before
+from lit_rlvr.step_files import drop_rows_from_step, restore_row, resumed_steps, unlogged_row
 
 log = logging.getLogger(__name__)
 
@@ -291,8 +292,6 @@ class SafeCheckpoints(pl.Callback):
         for folder in sorted(f for f in folders if f and _is_local_file_protocol(f)):
             recover(folder)
         if trainer.ckpt_path:  # resumed: the rows of what it runs again go; the row a kill lost comes back
-            from lit_rlvr.step_files import drop_rows_from_step, restore_row, resumed_steps
-
             start, end = resumed_steps(trainer, pl_module)
             files = metrics_csvs(trainer)
             for path in files:
@@ -301,8 +300,6 @@ class SafeCheckpoints(pl.Callback):
                 restore_row(trainer, self._unlogged, files[0])
 
     def on_save_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
-        from lit_rlvr.step_files import unlogged_row
-
         mark_pending_validation(trainer, checkpoint)
         row = unlogged_row(trainer)
         if row is not None:
