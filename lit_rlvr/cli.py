@@ -241,6 +241,8 @@ def main(args: Optional[list[str]] = None) -> None:
         run_subcommand(argv[0], argv[1:])
         return None  # the console script exits with main's return value: a tool's result is not an exit code
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as python -m and the reward workers (lit_rlvr.rewards.worker):
+        sys.path.append(os.getcwd())  # a class path in the working directory imports; appended, installed packages win
     show_lit_rlvr_logs()
     apply_thread_policy(argv)  # before torch computes anything (lit_rlvr.threads)
     quiet_lightning()

@@ -115,3 +115,35 @@ def test_a_fit_that_fails_before_its_first_step_leaves_no_version_folder(tmp_pat
         main(["fit", "--config", TINY, "--config", str(config), f"--trainer.default_root_dir={root}"])
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == [
         "csv", "csv/version_0", "csv/version_0/metrics.csv", "tensorboard"]
+
+
+def _guide_command() -> list[str]:
+    """The command docs/writing_a_selector.md prints above the selector's config, word by word."""
+    text = (ROOT / "docs" / "writing_a_selector.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("# lit-rlvr fit ") and "skip_solved.yaml" in x)
+    return line[2:].split()
+
+
+def _as_printed(*extra: str, cwd: Path = ROOT):
+    import subprocess
+    import sys
+
+    args = _guide_command()
+    script = Path(sys.executable).parent / args[0]  # the installed console script, not python -m
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(script), *args[1:], *extra], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_selector_guides_command_finds_its_class_in_the_working_directory():
+    # before: "class_path tests.examples.skip_solved.SkipSolved does not import (no module tests.examples.skip_solved)"
+    done = _as_printed("--print_config")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "class_path: tests.examples.skip_solved.SkipSolved" in done.stdout
+
+
+@pytest.mark.integration  # a real tiny fit through the console script
+def test_the_selector_guides_command_runs_as_printed(tmp_path):
+    done = _as_printed(f"--trainer.default_root_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "lit-rlvr: fit finished after 4 training steps" in done.stdout
+    assert "select/SkipSolved/" in next(tmp_path.glob("csv/version_0/metrics.csv")).read_text()
