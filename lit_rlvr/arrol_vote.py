@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -169,7 +168,6 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     if args.k < 1:
         parser.error(f"--k must be >= 1, got {args.k}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
     module, data, arrol = load_run(args.ckpt, args.config, args.overrides)
     result = {"ckpt": args.ckpt, "config": args.config, **evaluate(module, data, arrol, args.k, answer_mode(module, args.answer_mode), args.max_batches)}
     out = Path(args.out) if args.out else Path(args.ckpt).resolve().parent.parent / f"arrol_vote_k{args.k}.json"

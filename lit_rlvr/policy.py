@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -349,7 +350,9 @@ def _apply_lora(model: Any, lora: LoraSettings) -> Any:
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
     )
-    return peft.get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft reads transformers' deprecated alias: a FutureWarning on every LoRA fit
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*is deprecated", category=FutureWarning)
+        return peft.get_peft_model(model, config)
 
 
 def load_policy(cfg: PolicyConfig) -> tuple[Any, Any]:

@@ -147,3 +147,15 @@ def test_the_selector_guides_command_runs_as_printed(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "lit-rlvr: fit finished after 4 training steps" in done.stdout
     assert "select/SkipSolved/" in next(tmp_path.glob("csv/version_0/metrics.csv")).read_text()
+
+
+def test_a_lora_policy_loads_without_a_future_warning():
+    # before: peft's PeftModel read transformers' deprecated is_gradient_checkpointing on every LoRA fit
+    import warnings
+
+    from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_policy(PolicyConfig(name_or_path="tiny", lora=LoraSettings(r=4, alpha=8)))
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
