@@ -13,6 +13,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "oc-harvest": ("lit_rlvr.oc_fixed:main", "OC-GRPO-Fixed's offline harvest of guided prompts"),
     "arrol-vote": ("lit_rlvr.arrol_vote:main", "ARRoL at test time: pass@1, majority vote and head-weighted vote"),
     "g2d": ("lit_rlvr.g2d.pipeline:main", "G2D end to end: GRPO warm-up, preference-pair harvest, offline DPO"),
+    "calibrate": ("lit_rlvr.critical_batch.calibrate:main", "a step's fixed cost in rollouts on this machine, for AdaptiveBatch"),
 }
 """The user tools: name -> ("module:function", one line of help). Not Trainer entry points, so not
 LightningCLI subcommands: ``main`` hands the arguments after the name to the function, imported only

@@ -35,7 +35,7 @@ FIT_CONFIGS = [p for p in sorted((ROOT / "configs").rglob("*.yaml")) if _standal
 
 
 def test_the_table_holds_the_user_tools_and_every_entry_names_a_function():
-    assert sorted(SUBCOMMANDS) == ["arrol-vote", "g2d", "oc-harvest", "plot", "probe", "report"]
+    assert sorted(SUBCOMMANDS) == ["arrol-vote", "calibrate", "g2d", "oc-harvest", "plot", "probe", "report"]
     for target, help_line in SUBCOMMANDS.values():
         assert target.count(":") == 1 and help_line
 
