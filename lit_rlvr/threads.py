@@ -49,10 +49,10 @@ def choose_threads(environ: MutableMapping[str, str], cpus: int) -> tuple[Option
             n = _positive(environ[name])
             if n is None:
                 raise SystemExit(f"{name}={environ[name]!r}: set it to a positive number of threads (e.g. {name}=1)")
-            return n, f"{name}={n}"
+            return n, f"set by {name}={n}"
     if cpus <= SMALL_MACHINE:
-        return 1, f"{cpus} CPUs available, at most {SMALL_MACHINE}: one thread; set {THREADS_ENV}=N to change"
-    return None, f"{cpus} CPUs available: torch's default; set {THREADS_ENV}=N to change"
+        return 1, f"{cpus} CPUs here: one thread on machines with {SMALL_MACHINE} or fewer; {THREADS_ENV}=N for another count"
+    return None, f"torch's default for {cpus} CPUs; {THREADS_ENV}=N for another count"
 
 
 def apply_thread_policy(
@@ -68,7 +68,8 @@ def apply_thread_policy(
     if threads is not None:
         torch.set_num_threads(threads)
         environ["OMP_NUM_THREADS"] = str(threads)
-    account = f"torch threads: {torch.get_num_threads()} ({why})"
+    n = torch.get_num_threads()
+    account = f"{n} torch thread{'' if n == 1 else 's'} ({why})"
     if list(argv[:1]) == ["fit"] and not any(a in ("-h", "--help") or a.startswith("--print_config") for a in map(str, argv)):
         logging.getLogger("lit_rlvr").info("lit-rlvr: %s", account)
     return account

@@ -45,7 +45,7 @@ def test_a_fit_under_cpu_contention_logs_the_same_metrics(tmp_path):
     (tmp_path / "busy").mkdir()
     quiet, log = _fit(tmp_path / "quiet")
     if available_cpus() <= SMALL_MACHINE:  # before: torch's default threads, one per core
-        assert "lit-rlvr: torch threads: 1 (" in log
+        assert "lit-rlvr: 1 torch thread (" in log
     # one busy process: on a 2-core machine already shared, more starve the reward workers' start-up (120 s limit)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
     try:
