@@ -10,8 +10,8 @@ version, ``lit_rlvr.runs``, and is plotted whole) and prints:
 - rollouts generated, effective (in groups with reward variance) and in the gradient (of those, with a
   non-zero advantage), the cumulative counters of ``lit_rlvr.accounting``;
 - where the metrics, the checkpoint (``last.ckpt``), the exported policy and the plot are;
-- where the rollouts went (zero-variance groups, their persistence across visits) and which family of
-  selection methods would pay on this data (``lit_rlvr.selection_report``, from ``groups.csv``);
+- where the rollouts went, the critical batch and one piece of advice: a setting to try, keep, or
+  undecided (``lit_rlvr.selection_report.advice_block``, the lines ``lit-rlvr report`` prints too);
 - last, what to do when a resume had nothing left to train, or that the random ``tiny`` policy's 0.000 is expected.
 """
 
@@ -67,7 +67,7 @@ class RunSummary(pl.Callback):
 
     @staticmethod
     def _selection(trainer: pl.Trainer, rows: list[dict[str, float]]) -> list[str]:
-        """Where the rollouts went and which selection family would pay (``lit_rlvr.selection_report``)."""
+        """Where the rollouts went, the critical batch and the advice (``lit_rlvr.selection_report``)."""
         try:
             from lit_rlvr.selection_report import end_of_fit_lines
 
