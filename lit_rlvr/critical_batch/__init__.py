@@ -1,6 +1,9 @@
-"""The critical-batch model's room: the batch rule a controller follows and the calibration of its costs.
+"""The critical-batch model's room: the batch rule a controller follows and the costs it weighs.
 
-``batch_rule``: the batch that minimises cost to a target from the noise scale, the informative share and a
-step's fixed cost in rollouts, and the rules a change follows (the change limit after rounding, Adam's β₂).
+``batch_rule``: the batch that costs least to a target from the noise scale and a step's fixed cost in
+rollouts, and the rules a change follows (the change limit after rounding, Adam's β₂).
+``cpu_clock``: CPU seconds of a fit and its reward workers, per step (``CpuClock``).
 ``calibrate``: ``lit-rlvr calibrate``, which measures a step's fixed cost in rollouts on the user's machine.
+The noise-scale estimator itself is still in ``lit_rlvr.update`` (``noise_scale``, ``noise_meter``,
+``group_gradients``) and the lever formulas in ``lit_rlvr.levers``.
 """
