@@ -49,12 +49,14 @@ def missing_data_file(data: Any) -> Optional[str]:
     class_path = str(get(source, "class_path") or "")
     if not class_path.endswith("HFDatasetSource"):
         return None
-    from lit_rlvr.data.files import check_local_file
+    from lit_rlvr.paths import check_local_file
 
     args = get(source, "init_args") or {}
     try:
-        check_local_file(get(args, "path"), "data.source.init_args.path")
-        check_local_file(get(args, "val_split"), "data.source.init_args.val_split")
+        for key in ("path", "val_split"):
+            value = get(args, key)
+            if isinstance(value, str) and "${" not in value:  # an interpolation resolves later
+                check_local_file(value, f"data.source.init_args.{key}")
     except ValueError as e:
         return f"lit-rlvr: data error: {e}"
     return None

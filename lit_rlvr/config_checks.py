@@ -208,7 +208,7 @@ def parse_error_line(message: str, prog: str = "lit-rlvr") -> Optional[str]:
         )
     missing = re.search(r"File does not exist: '([^']+)'", message)
     if missing and _parser_key(message) == "config":
-        from lit_rlvr.data.files import nearest_file
+        from lit_rlvr.paths import nearest_file
 
         near = nearest_file(missing.group(1))
         hint = f": did you mean --config {near}?" if near else ""

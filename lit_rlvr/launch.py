@@ -5,6 +5,9 @@
   before with the same inputs (``help_key``: the arguments, the ``--config`` files' sizes and times, lit-rlvr's
   sources, the installed Lightning, jsonargparse, torch, transformers and peft, the terminal width); otherwise
   ``lit_rlvr.cli`` renders it (about 6 s of imports on 2 idle cores, docs/performance.md) and it is kept.
+- ``lit-rlvr fit`` whose data file is missing (``early_data_error``, read from the ``--config`` files and flags
+  as written) ends at once on ``lit_rlvr.cli_errors.missing_data_file``'s line, before Lightning is imported;
+  ``lit_rlvr.cli`` checks the parsed config again, so what this reading misses is still caught there.
 - everything else goes to ``lit_rlvr.cli.main`` (LightningCLI).
 
 This module imports nothing beyond the standard library and ``lit_rlvr.user_tools``.
@@ -127,6 +130,45 @@ def cached_help(argv: list[str], explicit: bool = True) -> bool:
     return True
 
 
+def _merge(into: dict, node: Any) -> None:
+    for key, value in node.items() if isinstance(node, dict) else ():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def early_data_error(argv: list[str]) -> Optional[str]:
+    """``missing_data_file``'s line for a ``fit`` whose ``data`` (its ``--config`` files in order, then its
+    ``--data.source...`` flags) names a local data file that does not exist; None otherwise or when unsure."""
+    if argv[:1] != ["fit"] or any(a in HELP_FLAGS or a.startswith("--print_config") for a in argv):
+        return None
+    import yaml
+
+    from lit_rlvr.cli_errors import missing_data_file
+
+    config: dict = {}
+    for path in _config_files(argv):
+        try:
+            with open(path, encoding="utf-8") as f:
+                _merge(config, {"data": (yaml.safe_load(f) or {}).get("data")})
+        except (OSError, ValueError, AttributeError, yaml.YAMLError):
+            return None  # the full parser says what is wrong with it
+    flags = {"--data.source": ("class_path",), "--data.source.class_path": ("class_path",),
+             "--data.source.init_args.path": ("init_args", "path"),
+             "--data.source.init_args.val_split": ("init_args", "val_split")}
+    for i, arg in enumerate(argv):
+        name, _, value = arg.partition("=")
+        if name in flags and (value or i + 1 < len(argv)):
+            node = config.setdefault("data", None) or config.setdefault("data", {})
+            source = node.setdefault("source", {}) if isinstance(node, dict) else {}
+            *parents, leaf = flags[name]
+            for key in parents:
+                source = source.setdefault(key, {})
+            source[leaf] = value if "=" in arg else argv[i + 1]
+    return missing_data_file(config.get("data"))
+
+
 def _full_cli(argv: Optional[list[str]]) -> Any:
     """``lit_rlvr.cli.main`` (None: it reads ``sys.argv``, as LightningCLI expects of a command line)."""
     from lit_rlvr.cli import main as cli_main
@@ -142,6 +184,9 @@ def main(args: Optional[list[str]] = None) -> Any:
         return None  # the console script exits with main's return value: a tool's result is not an exit code
     if cached_help(argv, explicit=args is not None):
         return None
+    early = early_data_error(argv)
+    if early:
+        raise SystemExit(early)
     return _full_cli(argv if args is not None else None)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from lit_rlvr.cli import main
 from lit_rlvr.data import HFDatasetSource
-from lit_rlvr.data.files import looks_local
+from lit_rlvr.paths import looks_local
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -56,6 +56,30 @@ def test_a_missing_data_file_ends_the_command_before_the_model_is_built(tmp_path
     message = str(info.value.code)
     assert message.startswith("lit-rlvr: data error: data.source.init_args.path: no such file 'trian.jsonl'")
     assert message.endswith("the nearest existing file is 'train.jsonl'") and "\n" not in message
+
+
+def test_the_console_script_ends_a_missing_data_file_before_importing_lightning(tmp_path):
+    # before: 36-43 s (Lightning's imports, the model, five Hub retries) and a ~50-line traceback
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    (tmp_path / "data.yaml").write_text("data:\n  source:\n    class_path: lit_rlvr.data.HFDatasetSource\n"
+                                        "    init_args: {path: trian.jsonl, val_split: null, val_size: 1}\n")
+    probe = ("import json, sys\nfrom lit_rlvr.launch import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    print(json.dumps([str(e.code), 'torch' in sys.modules, 'lightning' in sys.modules]))")
+    for extra in (["--config", "data.yaml"], ["--data.source=lit_rlvr.data.HFDatasetSource",
+                                               "--data.source.init_args.path=trian.jsonl",
+                                               "--data.source.init_args.val_split=null", "--data.source.init_args.val_size=1"]):
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", probe, "fit", "--config", TINY, *extra], cwd=tmp_path, timeout=60,
+                              capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        elapsed = time.perf_counter() - start
+        line, torch_loaded, lightning_loaded = json.loads(done.stdout.strip().splitlines()[-1])
+        assert line == ("lit-rlvr: data error: data.source.init_args.path: no such file 'trian.jsonl' "
+                        f"(from {tmp_path}); the nearest existing file is 'train.jsonl'")
+        assert not torch_loaded and not lightning_loaded and elapsed < 2.0, elapsed
 
 
 @pytest.mark.parametrize("args, line", [

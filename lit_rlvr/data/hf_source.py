@@ -6,7 +6,8 @@ import os
 import re
 from typing import Any, Optional, Union
 
-from lit_rlvr.data.files import Row, check_local_file, is_json_file, read_json_rows, read_text
+from lit_rlvr.data.files import Row, is_json_file, read_json_rows, read_text
+from lit_rlvr.paths import check_local_file
 from lit_rlvr.data.sources import PromptSource
 
 __all__ = ["HFDatasetSource"]
