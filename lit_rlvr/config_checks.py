@@ -208,11 +208,7 @@ def parse_error_line(message: str, prog: str = "lit-rlvr") -> Optional[str]:
         )
     missing = re.search(r"File does not exist: '([^']+)'", message)
     if missing and _parser_key(message) == "config":
-        from lit_rlvr.paths import nearest_file
-
-        near = nearest_file(missing.group(1))
-        hint = f": did you mean --config {near}?" if near else ""
-        return f"--config: no such file {os.path.relpath(missing.group(1))!r} (from {os.getcwd()}){hint}"
+        return missing_config_line(missing.group(1))
     m = re.search(r"has no attribute '(\w+)'|No module named '([\w.]+)'", message)
     given = re.search(r"Problem with given class_path '([\w.]+)'", message)
     if m and given:
@@ -228,6 +224,15 @@ def parse_error_line(message: str, prog: str = "lit-rlvr") -> Optional[str]:
         inner = f"{m.group(1)}.{m.group(2)}" if m.group(1) else m.group(3)
         return _unknown_option(f"{key}.{inner}" if key else inner, key, cls, given.group(1) if given else None, prog)
     return None
+
+
+def missing_config_line(path: str, prog: str = "lit-rlvr") -> str:
+    """The line for a ``--config`` file that does not exist: the path, where it was looked for, the nearest config."""
+    from lit_rlvr.paths import nearest_file
+
+    near = nearest_file(path)
+    hint = f": did you mean --config {near}?" if near else ""
+    return f"--config: no such file {os.path.relpath(path)!r} (from {os.getcwd()}){hint}"
 
 
 def _parser_key(message: str) -> Optional[str]:

@@ -5,8 +5,8 @@
   before with the same inputs (``help_key``: the arguments, the ``--config`` files' sizes and times, lit-rlvr's
   sources, the installed Lightning, jsonargparse, torch, transformers and peft, the terminal width); otherwise
   ``lit_rlvr.cli`` renders it (about 6 s of imports on 2 idle cores, docs/performance.md) and it is kept.
-- ``lit-rlvr fit`` whose data file is missing (``early_data_error``, read from the ``--config`` files and flags
-  as written) ends at once on ``lit_rlvr.cli_errors.missing_data_file``'s line, before Lightning is imported;
+- ``lit-rlvr fit`` whose ``--config`` file or data file is missing (``early_data_error``, read from the
+  ``--config`` files and flags as written) ends at once on its one line, before Lightning is imported;
   ``lit_rlvr.cli`` checks the parsed config again, so what this reading misses is still caught there.
 - everything else goes to ``lit_rlvr.cli.main`` (LightningCLI).
 
@@ -139,8 +139,9 @@ def _merge(into: dict, node: Any) -> None:
 
 
 def early_data_error(argv: list[str]) -> Optional[str]:
-    """``missing_data_file``'s line for a ``fit`` whose ``data`` (its ``--config`` files in order, then its
-    ``--data.source...`` flags) names a local data file that does not exist; None otherwise or when unsure."""
+    """The line for a ``fit`` whose ``--config`` file is missing, or whose ``data`` (its ``--config`` files in order,
+    then its ``--data.source...`` flags) names a local data file that does not exist (``missing_data_file``);
+    None otherwise or when unsure."""
     if argv[:1] != ["fit"] or any(a in HELP_FLAGS or a.startswith("--print_config") for a in argv):
         return None
     import yaml
@@ -148,6 +149,11 @@ def early_data_error(argv: list[str]) -> Optional[str]:
     from lit_rlvr.cli_errors import missing_data_file
 
     config: dict = {}
+    missing = [p for p in _config_files(argv) if not os.path.exists(p)]
+    if missing:
+        from lit_rlvr.config_checks import missing_config_line
+
+        return f"error: {missing_config_line(missing[0])} ('lit-rlvr fit --help' lists every option)"
     for path in _config_files(argv):
         try:
             with open(path, encoding="utf-8") as f:
@@ -185,6 +191,9 @@ def main(args: Optional[list[str]] = None) -> Any:
     if cached_help(argv, explicit=args is not None):
         return None
     early = early_data_error(argv)
+    if early and early.startswith("error: "):  # a command-line error, as the parser ends one: exit code 2
+        sys.stderr.write(early + "\n")
+        raise SystemExit(2)
     if early:
         raise SystemExit(early)
     return _full_cli(argv if args is not None else None)

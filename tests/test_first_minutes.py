@@ -58,7 +58,7 @@ def test_a_missing_data_file_ends_the_command_before_the_model_is_built(tmp_path
     assert message.endswith("the nearest existing file is 'train.jsonl'") and "\n" not in message
 
 
-def test_the_console_script_ends_a_missing_data_file_before_importing_lightning(tmp_path):
+def test_the_console_script_ends_a_missing_data_or_config_file_before_importing_lightning(tmp_path):
     # before: 36-43 s (Lightning's imports, the model, five Hub retries) and a ~50-line traceback
     import json
     import subprocess
@@ -80,6 +80,11 @@ def test_the_console_script_ends_a_missing_data_file_before_importing_lightning(
         assert line == ("lit-rlvr: data error: data.source.init_args.path: no such file 'trian.jsonl' "
                         f"(from {tmp_path}); the nearest existing file is 'train.jsonl'")
         assert not torch_loaded and not lightning_loaded and elapsed < 2.0, elapsed
+    done = subprocess.run([sys.executable, "-c", probe, "fit", "--config", str(ROOT / "configs" / "tinyy.yaml")],
+                          cwd=ROOT, timeout=60, capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["2", False, False]
+    assert done.stderr.strip() == ("error: --config: no such file 'configs/tinyy.yaml' (from " + str(ROOT) + "): did you "
+                                   "mean --config configs/tiny.yaml? ('lit-rlvr fit --help' lists every option)")
 
 
 @pytest.mark.parametrize("args, line", [
