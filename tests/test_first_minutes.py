@@ -92,6 +92,9 @@ def test_the_console_script_ends_a_missing_data_or_config_file_before_importing_
     (["--model.class_path=lit_rlvr.module.GRPOModul"],
      "error: model: class_path lit_rlvr.module.GRPOModul does not exist: lit_rlvr.module has no class GRPOModul; "
      "did you mean lit_rlvr.module.GRPOModule?"),
+    (["--trainer.callbacks+=lit_rlvr.callbacks.GRESSO"],
+     "error: trainer.callbacks: class_path lit_rlvr.callbacks.GRESSO does not exist: lit_rlvr.callbacks has no class "
+     "GRESSO; did you mean lit_rlvr.callbacks.GRESO?"),
     (["--config", str(ROOT / "configs" / "tinyy.yaml")], "error: --config: no such file 'configs/tinyy.yaml' (from "),
 ])
 def test_an_error_is_one_line_that_points_to_help_without_the_usage(capsys, monkeypatch, args, line):
