@@ -175,6 +175,8 @@ def _child(req: int, rep: int, out: int, fn: Callable[..., Any], zygote: int, co
     code = 1
     try:
         die_with_parent(zygote)
+        devnull = os.open(os.devnull, os.O_RDONLY)  # its own /dev/null: not even stdin's flags are shared
+        os.dup2(devnull, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
         _close_all_but({req, rep})

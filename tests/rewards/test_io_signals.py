@@ -110,25 +110,23 @@ def test_the_call_after_a_hostile_call_scores_on_its_own():
     """A call sets its zygote as owner with SIGSTOP and makes every pipe non-blocking; the honest calls after
     it, in the same zygote and in a caller that takes that zygote over when parked, score on their own."""
     body = (
-        "import time\n"
         "r = CallableReward('tests.rewards.hostile:stop_zygote_through_io_signals', timeout_s=5, workers=1, name='r')\n"
         "s = RewardScorer([r])\n"
-        "t0 = time.monotonic()\n"
         "out = [s.score(['x'] * 3, [''] * 3, [{}] * 3).total.tolist()]\n"
         "c = r._caller\n"
         "out.append([c.timeouts, c.starts])\n"
         "r.close()\n"  # parks the idle zygote: the next caller with the same settings takes it
         "r2 = CallableReward('tests.rewards.hostile:stop_zygote_through_io_signals', timeout_s=5, workers=1, name='r')\n"
         "out.append(RewardScorer([r2]).score(['x'] * 2, [''] * 2, [{}] * 2).total.tolist())\n"
-        "out.append([r2._caller.timeouts, r2._caller.reused, round(time.monotonic() - t0)])\n"
+        "out.append([r2._caller.timeouts, r2._caller.reused])\n"
         "print(json.dumps(out))\n"
     )
     for env in (OLD_KERNEL, {}):
         code, out, err = run_trainer(body, env)
         assert code == 0, (code, err)
         assert out[0] == [1.0, 1.0, 1.0] and out[2] == [1.0, 1.0], out
-        assert out[1] == [0, 1] and out[3][:2] == [0, 1], out  # no timeout, one zygote throughout, taken over
-        assert out[3][2] < 5, out  # no call waited for its limit
+        # no timeout (a stopped call would wait out its limit and count as one); one zygote, taken over when parked
+        assert out[1] == [0, 1] and out[3] == [0, 1], out
 
 
 def test_strict_refuses_where_signals_are_not_scoped(monkeypatch):
