@@ -73,10 +73,10 @@ class LitRLVRParser(LightningArgumentParser):
             super().error(f"{message}\n{line}" if line else message, ex)
         self._logger.error(message)
         prog = " ".join(["lit-rlvr"] + (getattr(ex, "subcommand_parser", None) or self).prog.replace(" [options]", "").split()[1:])
-        text = line or message.strip()
+        text = line or f"error: {message.strip()}"  # a recognised line names the key itself
         if "lists every option" not in text and "lists its options" not in text:
             text += f" ('{prog} --help' lists every option)"
-        sys.stderr.write(f"error: {text}\n")
+        sys.stderr.write(f"{text}\n")
         sys.exit(2)
 
     def format_help(self) -> str:

@@ -153,7 +153,7 @@ def early_data_error(argv: list[str]) -> Optional[str]:
     if missing:
         from lit_rlvr.config_checks import missing_config_line
 
-        return f"error: {missing_config_line(missing[0])} ('lit-rlvr fit --help' lists every option)"
+        return f"{missing_config_line(missing[0])} ('lit-rlvr fit --help' lists every option)"
     for path in _config_files(argv):
         try:
             with open(path, encoding="utf-8") as f:
@@ -191,7 +191,7 @@ def main(args: Optional[list[str]] = None) -> Any:
     if cached_help(argv, explicit=args is not None):
         return None
     early = early_data_error(argv)
-    if early and early.startswith("error: "):  # a command-line error, as the parser ends one: exit code 2
+    if early and early.startswith("--config: "):  # a command-line error, as the parser ends one: exit code 2
         sys.stderr.write(early + "\n")
         raise SystemExit(2)
     if early:

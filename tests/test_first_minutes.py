@@ -83,19 +83,19 @@ def test_the_console_script_ends_a_missing_data_or_config_file_before_importing_
     done = subprocess.run([sys.executable, "-c", probe, "fit", "--config", str(ROOT / "configs" / "tinyy.yaml")],
                           cwd=ROOT, timeout=60, capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["2", False, False]
-    assert done.stderr.strip() == ("error: --config: no such file 'configs/tinyy.yaml' (from " + str(ROOT) + "): did you "
+    assert done.stderr.strip() == ("--config: no such file 'configs/tinyy.yaml' (from " + str(ROOT) + "): did you "
                                    "mean --config configs/tiny.yaml? ('lit-rlvr fit --help' lists every option)")
 
 
 @pytest.mark.parametrize("args, line", [
-    (["--trainer.max_step=3"], "error: trainer does not accept option 'max_step': did you mean trainer.max_steps?"),
+    (["--trainer.max_step=3"], "trainer does not accept option 'max_step': did you mean trainer.max_steps?"),
     (["--model.class_path=lit_rlvr.module.GRPOModul"],
-     "error: model: class_path lit_rlvr.module.GRPOModul does not exist: lit_rlvr.module has no class GRPOModul; "
+     "model: class_path lit_rlvr.module.GRPOModul does not exist: lit_rlvr.module has no class GRPOModul; "
      "did you mean lit_rlvr.module.GRPOModule?"),
     (["--trainer.callbacks+=lit_rlvr.callbacks.GRESSO"],
-     "error: trainer.callbacks: class_path lit_rlvr.callbacks.GRESSO does not exist: lit_rlvr.callbacks has no class "
+     "trainer.callbacks: class_path lit_rlvr.callbacks.GRESSO does not exist: lit_rlvr.callbacks has no class "
      "GRESSO; did you mean lit_rlvr.callbacks.GRESO?"),
-    (["--config", str(ROOT / "configs" / "tinyy.yaml")], "error: --config: no such file 'configs/tinyy.yaml' (from "),
+    (["--config", str(ROOT / "configs" / "tinyy.yaml")], "--config: no such file 'configs/tinyy.yaml' (from "),
 ])
 def test_an_error_is_one_line_that_points_to_help_without_the_usage(capsys, monkeypatch, args, line):
     # before: 50-66 lines of argparse usage above the line
@@ -104,8 +104,8 @@ def test_an_error_is_one_line_that_points_to_help_without_the_usage(capsys, monk
         main(["fit", "--config", TINY, *args])
     assert info.value.code == 2
     text = capsys.readouterr().err
-    err = [e for e in text.splitlines() if e.startswith("error:")]
-    assert len(err) == 1 and err[0].startswith(line), text
+    err = [e for e in text.splitlines() if e.startswith(line)]
+    assert len(err) == 1 and len([e for e in text.splitlines() if e.strip()]) <= 3, text  # the line, a warning, threads
     assert "lit-rlvr fit --" in err[0] and "usage:" not in text and "[--trainer" not in text
     if "tinyy" in line:
         assert err[0].endswith("did you mean --config configs/tiny.yaml? ('lit-rlvr fit --help' lists every option)")
