@@ -204,13 +204,21 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
 
 
 def resumable_checkpoint(rd: Path, budget: str, argv: list[str]) -> Path | None:
-    """``last.ckpt`` of an unfinished run in ``rd`` made with these arguments and this ``budget.yaml``, else None."""
+    """The newest checkpoint of an unfinished run in ``rd`` made with these arguments and this ``budget.yaml``
+    (``last.ckpt``, or a step's own file when a kill cut ``last.ckpt``'s copy short: a resume from an older one
+    is refused, ``lit_rlvr.resumes``), else None."""
+    from lit_rlvr.resumes import newest_checkpoint, saved_steps
+
     try:
         same = (rd / "budget.yaml").read_text() == budget and json.loads((rd / "fit_args.json").read_text()) == argv
     except (OSError, ValueError):
         return None
     found = sorted(rd.glob("csv/version_*/checkpoints/last.ckpt"))
-    return found[0] if same and len(found) == 1 else None
+    if not (same and len(found) == 1):
+        return None
+    last, newer = found[0], newest_checkpoint(found[0].parent, other_than=found[0])
+    last_steps = saved_steps(last)
+    return newer[1] if newer is not None and (last_steps is None or newer[0] > last_steps[0]) else last
 
 
 def missing_training_steps(metrics) -> list[int]:

@@ -109,6 +109,24 @@ def test_a_folder_of_other_arguments_is_not_resumed(tmp_path):
     assert bench.resumable_checkpoint(rd, "a: 1\n", ["fit", "--seed_everything", "0"]) is None  # nothing to resume from
 
 
+def test_a_step_file_newer_than_last_ckpt_is_the_one_resumed(tmp_path):
+    """A kill while last.ckpt was being copied leaves the step's own file newer: resuming from last.ckpt would be
+    refused (lit_rlvr.resumes), so the bench resumes from the newest."""
+    import torch
+
+    bench = load_benchmark("bench_real")
+    rd = tmp_path / "grpo_seed0"
+    ckpts = rd / "csv" / "version_0" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    (rd / "budget.yaml").write_text("a: 1\n")
+    (rd / "fit_args.json").write_text(json.dumps(["fit"]))
+    torch.save({"global_step": 4}, ckpts / "last.ckpt")
+    torch.save({"global_step": 2}, ckpts / "step=2.ckpt")
+    assert bench.resumable_checkpoint(rd, "a: 1\n", ["fit"]) == ckpts / "last.ckpt"
+    torch.save({"global_step": 6}, ckpts / "step=6.ckpt")
+    assert bench.resumable_checkpoint(rd, "a: 1\n", ["fit"]) == ckpts / "step=6.ckpt"
+
+
 def test_a_resumed_run_missing_a_steps_row_is_caught():
     import pandas as pd
 
