@@ -21,7 +21,9 @@ and on which saving is largest, and a smaller batch costs optimizer steps per ro
 
 The end-of-fit summary (``lit_rlvr.summary``) and ``lit-rlvr report`` print the same lines
 (``lit_rlvr.selection_report.advice_block``) of the same files (``metrics.csv``, ``groups.csv`` and
-``data.json`` in the run's version folder), so they agree on every number. The interval leaves out the model's own error, checked in docs/benchmarks.md.
+``data.json`` in the run's version folder), so they agree on every number. The interval leaves out the
+model's own error, checked in docs/benchmarks.md. A batch that does not divide by 2 or 4 gets the nearest
+whole batch.
 """
 
 from __future__ import annotations

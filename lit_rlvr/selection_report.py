@@ -1,7 +1,8 @@
 """Would selection pay on this data? A report from any run's own records (``groups.csv``, ``metrics.csv``).
 
 ``lit-rlvr report <run folder>`` writes ``selection_report.md`` and ``selection_report.png`` into
-the run's version folder; the end-of-fit summary prints its advice lines (``end_of_fit_lines``). From the groups ``GroupRecorder`` kept (``lit_rlvr.group_records``):
+the run's version folder; the end-of-fit summary prints its advice lines (``end_of_fit_lines``).
+From the groups ``GroupRecorder`` kept (``lit_rlvr.group_records``):
 
 - the share of rollouts spent on zero-variance groups, all right and all wrong, per epoch;
 - the share spent on prompts that were zero-variance at their previous visit (what a
