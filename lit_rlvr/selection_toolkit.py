@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import pickle
 from typing import Any, Iterable, Mapping, Optional
 
 import lightning.pytorch as pl
@@ -36,6 +37,7 @@ __all__ = [
     "beta_update",
     "data_epoch",
     "data_order_generator",
+    "gather_objects",
     "gather_rows",
     "group_observations",
     "group_success",
@@ -128,6 +130,23 @@ def gather_rows(trainer: Optional[pl.Trainer], rows: torch.Tensor) -> torch.Tens
     padded[: rows.shape[0]] = rows
     gathered = strategy.all_gather(padded.to(strategy.root_device)).cpu()  # [world, K_max, D]
     return torch.cat([gathered[r, : sizes[r]] for r in range(len(sizes))], dim=0)
+
+
+def gather_objects(trainer: Optional[pl.Trainer], obj: Any) -> list[Any]:
+    """``obj`` from every rank, in rank order (pickled through ``gather_rows``); one process: ``[obj]``.
+
+    For state that is not a table of numbers (Pilot-Commit's buffer events). Only this run's own ranks' bytes
+    are unpickled."""
+    data = pickle.dumps(obj)
+    blob = bytearray(len(data).to_bytes(8, "little") + data)
+    rows = torch.frombuffer(blob, dtype=torch.uint8).view(-1, 1)
+    raw = gather_rows(trainer, rows).view(-1).numpy().tobytes()
+    out, i = [], 0
+    while i < len(raw):
+        n = int.from_bytes(raw[i : i + 8], "little")
+        out.append(pickle.loads(raw[i + 8 : i + 8 + n]))  # this run's own ranks' bytes
+        i += 8 + n
+    return out
 
 
 def group_observations(batch: RolloutBatch, mask: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -24,7 +24,6 @@ Follows the released code (databricks/pilot-commit, Apache-2.0, commit 6def20e):
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Collection, Optional, Sequence
@@ -32,7 +31,7 @@ from typing import Any, Collection, Optional, Sequence
 import numpy as np
 import torch
 
-from lit_rlvr.selection_toolkit import gather_rows, require_keys
+from lit_rlvr.selection_toolkit import require_keys
 
 
 
@@ -159,17 +158,3 @@ class PilotBuffer:
 def truncated_importance_weights(current: torch.Tensor, behaviour: torch.Tensor, cap: float) -> torch.Tensor:
     """[L] min(π_old(y_t) / μ(y_t), cap) from [L] log-probs under the current policy and the sampling one."""
     return torch.exp(current.double() - behaviour.double()).clamp(max=cap).float()
-
-
-def gather_objects(trainer: Any, obj: Any) -> list[Any]:
-    """``obj`` from every rank, in rank order (pickled through ``gather_rows``); one process: ``[obj]``."""
-    data = pickle.dumps(obj)
-    blob = bytearray(len(data).to_bytes(8, "little") + data)
-    rows = torch.frombuffer(blob, dtype=torch.uint8).view(-1, 1)
-    raw = gather_rows(trainer, rows).view(-1).numpy().tobytes()
-    out, i = [], 0
-    while i < len(raw):
-        n = int.from_bytes(raw[i : i + 8], "little")
-        out.append(pickle.loads(raw[i + 8 : i + 8 + n]))  # this run's own ranks' bytes
-        i += 8 + n
-    return out

@@ -38,11 +38,11 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from lit_rlvr.callbacks.pilot_buffer import SAMPLING, Band, BufferEntry, PilotBuffer, band_of, gather_objects, pilot_stats
+from lit_rlvr.callbacks.pilot_buffer import SAMPLING, Band, BufferEntry, PilotBuffer, band_of, pilot_stats
 from lit_rlvr.callbacks.pilot_buffer import truncated_importance_weights
 from lit_rlvr.selection import PromptSelector, RolloutAllocator, RolloutFilter, SelectionCallback, TokenWeighter
 from lit_rlvr.selection_host import SelectionHost
-from lit_rlvr.selection_toolkit import data_epoch, seeded_generator, warn_if_pool_is_batch_sized
+from lit_rlvr.selection_toolkit import data_epoch, gather_objects, seeded_generator, warn_if_pool_is_batch_sized
 from lit_rlvr.types import CarriedGroup, Completion, PromptPool, RolloutBatch, RolloutState
 
 _COUNTS = ("pilot_rollouts", "commit_rollouts", "replayed_rollouts", "trained_rollouts",
