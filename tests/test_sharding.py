@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 from tests.fit_callbacks import GREEDY_PROMPT
 
 pytestmark = pytest.mark.sharded
@@ -143,9 +143,9 @@ def test_export_loads_in_transformers_and_generates_the_trained_greedy_tokens(ru
 def test_selector_state_is_identical_on_both_ranks(runs, name):
     rank0, rank1 = _dump(runs[name], "selector_dump", 0), _dump(runs[name], "selector_dump", 1)
     assert sorted(rank0["keeps"]) == [0, 1, 2]
-    _assert_same(rank0["keeps"], rank1["keeps"], "keeps")
+    assert_same(rank0["keeps"], rank1["keeps"], "keeps")
     assert rank0["states"], "no selector state recorded"
-    _assert_same(rank0["states"], rank1["states"])
+    assert_same(rank0["states"], rank1["states"])
 
 
 @pytest.mark.parametrize("distributed", [True, False], ids=["sharded_checkpoint", "full_checkpoint"])
@@ -161,7 +161,7 @@ def test_killed_and_resumed_run_continues_like_an_uninterrupted_one(runs, tmp_pa
     assert len(got) == 3
     for key in STEP_KEYS:
         assert [r[key] for r in got] == pytest.approx([r[key] for r in want], abs=1e-4), key
-    _assert_same(_dump(resumed, "selector_dump", 0)["states"], _dump(runs["fsdp2"], "selector_dump", 0)["states"])
+    assert_same(_dump(resumed, "selector_dump", 0)["states"], _dump(runs["fsdp2"], "selector_dump", 0)["states"])
 
 
 def test_a_kill_9_mid_shard_write_leaves_a_resumable_checkpoint_and_a_broken_one_is_named(tmp_path):

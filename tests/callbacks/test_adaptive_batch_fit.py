@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from lit_rlvr.critical_batch.batch_rule import beta2_for
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
 G = 4  # configs/tiny.yaml's num_generations
@@ -106,7 +106,7 @@ def test_a_kill_9_resume_across_a_change_is_exact(straight, tmp_path):
     a, b = _dump(straight), _dump(resumed)
     for step in range(2, 6):
         assert b["pools"][step] == a["pools"][step], f"step {step} trained on other prompts"
-    _assert_same(a["state"], b["state"])
+    assert_same(a["state"], b["state"])
     assert a["betas"] == b["betas"] and a["changes"] == b["changes"]
 
 
@@ -121,7 +121,7 @@ def test_a_fit_run_twice_gives_identical_metrics(straight, tmp_path):
             return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in csv.DictReader(f)]
 
     assert table(again) == table(straight)
-    _assert_same(_dump(again)["state"], _dump(straight)["state"])
+    assert_same(_dump(again)["state"], _dump(straight)["state"])
 
 
 @pytest.mark.integration
@@ -133,7 +133,7 @@ def test_two_ddp_ranks_agree_on_a_batch_divisible_by_two(tmp_path):
                "--trainer.callbacks.init_args.z=0",
                "--trainer.callbacks.init_args.multiple=100")  # aim far above the noise scale: the batch grows
     d0, d1 = _dump(run, 0), _dump(run, 1)
-    _assert_same(d0["state"], d1["state"])
+    assert_same(d0["state"], d1["state"])
     assert d0["pools"] == d1["pools"] and d0["betas"] == d1["betas"] and d0["changes"] == d1["changes"]
     sizes = [d0["pools"][s][0] for s in range(5)]
     assert all(b % 2 == 0 for b in sizes) and len(set(sizes)) >= 2, sizes

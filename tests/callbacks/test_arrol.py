@@ -19,7 +19,7 @@ from lit_rlvr.cli import main
 from lit_rlvr.selection import RolloutAllocator, check_composition
 from lit_rlvr.types import Completion
 from tests.callbacks.fixtures import make_pool, with_context
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -306,7 +306,7 @@ def test_resumed_run_makes_the_same_pruning_decisions(tmp_path):
         assert len(straight_kept[step]) == 8  # 4 prompts x K·G = 2 survivors
         assert resumed_kept[step] == straight_kept[step], f"step {step}: different survivors"
     assert straight["states"]["ARRoL"]["head"]["updates"] == 4
-    _assert_same(straight["states"], resumed["states"])
+    assert_same(straight["states"], resumed["states"])
 
 
 @pytest.mark.slow
@@ -319,7 +319,7 @@ def test_two_ddp_ranks_hold_identical_head_and_calibration(tmp_path):
     rank1 = torch.load(tmp_path / "selector_dump" / "rank1.pt", weights_only=False)
     head = rank0["states"]["ARRoL"]["head"]
     assert head["updates"] == 4 and len(head["outcomes"]) == 4 * 8  # every rank's rows: 2 ranks x 2 prompts x 8
-    _assert_same(rank0["states"], rank1["states"])
+    assert_same(rank0["states"], rank1["states"])
     kept0 = torch.load(tmp_path / "selector_dump" / "survivors_rank0.pt", weights_only=False)
     kept1 = torch.load(tmp_path / "selector_dump" / "survivors_rank1.pt", weights_only=False)
     assert all(len(kept0[s]) == len(kept1[s]) == 4 for s in range(4))  # 2 prompts per rank x 2 survivors

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
@@ -73,7 +73,7 @@ def _check_one_head_and_counts(run: Path) -> dict:
     """Both ranks hold the same ARRoL state (head, optimizer, buffer, calibration, counters); pruning
     happened; its counters are the run's (summed over ranks); every group kept K·G = 2 of its G = 4."""
     states = [_load(run, "rank", r)["states"] for r in (0, 1)]
-    _assert_same(states[0], states[1])
+    assert_same(states[0], states[1])
     arrol = states[0]["ARRoL"]
     assert arrol["head"]["updates"] == STEPS and arrol["totals"]["steps"] == STEPS
     survivors = [_load(run, "survivors_rank", r) for r in (0, 1)]

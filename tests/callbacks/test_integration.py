@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from lit_rlvr.cli import main
+from tests.assertions import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -24,21 +24,6 @@ COMMON = [
     "--model.rollout.max_new_tokens=4",
 ]
 RECORDER = ["--trainer.callbacks+=tests.fit_callbacks.DumpSelectorState"]
-
-
-def _assert_same(a, b, path="state"):
-    if isinstance(a, dict):
-        assert set(a) == set(b), path
-        for k in a:
-            _assert_same(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            _assert_same(x, y, f"{path}[{i}]")
-    elif isinstance(a, (torch.Tensor, np.ndarray)):
-        assert np.array_equal(np.asarray(a), np.asarray(b)), path
-    else:
-        assert a == b or (a != a and b != b), f"{path}: {a} != {b}"  # NaN == NaN here
 
 
 def _fit(workdir: Path, method: str, steps: int, ckpt: str | None = None) -> dict:
@@ -66,7 +51,7 @@ def test_resumed_run_makes_the_same_decisions(tmp_path, method):
     for step in (2, 3):
         assert resumed["keeps"][step] == straight["keeps"][step], f"step {step} kept different prompts"
     assert straight["states"], "no selector state recorded"
-    _assert_same(straight["states"], resumed["states"])
+    assert_same(straight["states"], resumed["states"])
 
 
 @pytest.mark.parametrize("method", ["greso_pods", "sara_dps"])
@@ -82,8 +67,8 @@ def test_two_ddp_ranks_hold_identical_selector_state(tmp_path, method):
     rank0 = torch.load(tmp_path / "selector_dump" / "rank0.pt", weights_only=False)
     rank1 = torch.load(tmp_path / "selector_dump" / "rank1.pt", weights_only=False)
     assert sorted(rank0["keeps"]) == list(range(6))
-    _assert_same(rank0["keeps"], rank1["keeps"], "keeps")
-    _assert_same(rank0["states"], rank1["states"])
+    assert_same(rank0["keeps"], rank1["keeps"], "keeps")
+    assert_same(rank0["states"], rank1["states"])
     if method == "greso_pods":
         greso = rank0["states"]["GRESO"]
         seen = {k: v for k, v in greso.items() if "z_" in k}

@@ -14,7 +14,8 @@ import torch
 from lit_rlvr.callbacks.leeps import LEEPS, blend_prediction, neighbour_mean, split_slots
 from lit_rlvr.callbacks.prompt_index import PromptIndex, normalise
 from tests.callbacks.fixtures import at_step, make_batch, make_pool
-from tests.callbacks.test_integration import COMMON, RECORDER, ROOT, TINY, _assert_same, _fit
+from tests.assertions import assert_same
+from tests.callbacks.test_integration import COMMON, RECORDER, ROOT, TINY, _fit
 
 faiss = pytest.importorskip("faiss")
 
@@ -387,7 +388,7 @@ def test_state_dict_roundtrip_gives_the_same_selections(index, backend, cache):
     resumed.encoder = TableEncoder(vectors)
     resumed.setup_selection(None, module(3), [resumed])
     assert _drive(resumed, range(3, 6)) == kept_straight[3:]
-    _assert_same(straight.state_dict(), resumed.state_dict())
+    assert_same(straight.state_dict(), resumed.state_dict())
 
 
 def _save(state):
@@ -489,7 +490,7 @@ def test_neighbour_cache_selects_as_per_step_queries_while_nothing_is_re_embedde
             searched.append(sel.metrics()["searched"])
         runs[cache] = kept, searched, sel.state_dict()["table"]
     assert runs[True][0] == runs[False][0]
-    _assert_same(runs[True][2], runs[False][2])
+    assert_same(runs[True][2], runs[False][2])
     assert sum(runs[True][1]) < sum(runs[False][1])  # each prompt searched once, then reused
 
 
@@ -561,7 +562,7 @@ def test_resumed_fit_makes_the_same_selections(tmp_path, method):
     for step in (2, 3):
         assert resumed["keeps"][step] == straight["keeps"][step], f"step {step} kept different prompts"
     assert len(straight["states"]["LEEPS"]["index"]["ids"]) > 0
-    _assert_same(straight["states"], resumed["states"])
+    assert_same(straight["states"], resumed["states"])
 
 
 @pytest.mark.integration
@@ -575,7 +576,7 @@ def test_two_ddp_ranks_make_identical_selections(tmp_path):
     rank0 = torch.load(tmp_path / "selector_dump" / "rank0.pt", weights_only=False)
     rank1 = torch.load(tmp_path / "selector_dump" / "rank1.pt", weights_only=False)
     assert sorted(rank0["keeps"]) == list(range(4))
-    _assert_same(rank0["keeps"], rank1["keeps"], "keeps")
+    assert_same(rank0["keeps"], rank1["keeps"], "keeps")
     # LEEPS's state (index vectors included); PODS counts its own rank's drops, so it is not compared
-    _assert_same(rank0["states"]["LEEPS"], rank1["states"]["LEEPS"], "LEEPS")
+    assert_same(rank0["states"]["LEEPS"], rank1["states"]["LEEPS"], "LEEPS")
     assert len(rank0["states"]["LEEPS"]["index"]["ids"]) > 0

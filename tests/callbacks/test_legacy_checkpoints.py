@@ -15,7 +15,7 @@ import torch
 
 from lit_rlvr.callbacks import DPS, GRESO, DynamicSampling
 from lit_rlvr.cli import main
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -40,7 +40,7 @@ def test_legacy_selector_state_loads_unchanged(method):
         assert selector.state_key in legacy["callbacks"], f"{type(selector).__name__}'s state key changed"
         state = legacy["callbacks"][selector.state_key]
         selector.load_state_dict(state)
-        _assert_same(state, selector.state_dict(), f"{type(selector).__name__}")
+        assert_same(state, selector.state_dict(), f"{type(selector).__name__}")
     assert legacy["lit_rlvr"]["steps_done"] == 2
 
 

@@ -31,7 +31,7 @@ from lit_rlvr.accounting import step_metrics
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 
 from tests.callbacks.fixtures import at_step
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -419,7 +419,7 @@ def test_tiny_fit_guides_counts_and_resumes_with_the_same_decisions(tmp_path):
     _fit(tmp_path / "first", 2)
     (ckpt,) = glob.glob(str(tmp_path / "first" / "**" / "last.ckpt"), recursive=True)
     resumed = _fit(tmp_path / "resumed", 4, ckpt=ckpt)
-    _assert_same(straight["states"], resumed["states"])  # per-prompt guidance table, fractions, totals
+    assert_same(straight["states"], resumed["states"])  # per-prompt guidance table, fractions, totals
     again = _metrics(str(tmp_path / "resumed" / "runs" / "tiny"))
     for key in ("oc/guided_groups", "oc/mean_fraction", "rollouts/generated"):
         assert [r[key] for r in again] == [r[key] for r in rows[2:]], key
@@ -434,5 +434,5 @@ def test_two_ddp_ranks_make_and_record_the_same_guidance_decisions(tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     rank0 = torch.load(tmp_path / "selector_dump" / "rank0.pt", weights_only=False)
     rank1 = torch.load(tmp_path / "selector_dump" / "rank1.pt", weights_only=False)
-    _assert_same(rank0["states"], rank1["states"])
+    assert_same(rank0["states"], rank1["states"])
     assert int(rank0["states"]["OCGRPO"]["totals"]["all_wrong"]) > 0

@@ -17,7 +17,7 @@ from lit_rlvr.collate import collate_rollouts
 from lit_rlvr.rollout.revise import apply_revision, revise
 from lit_rlvr.types import Completion, GroupReplacement, PromptPool, Revision, RolloutBatch, RolloutStats
 
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 from tests.callbacks.test_oc_grpo import _tiny_module
 from tests.test_oc_fixed_harvest import run_echo_harvest
 
@@ -160,7 +160,7 @@ def test_tiny_fit_on_a_harvested_file_trains_the_guided_rows_and_resumes(tmp_pat
     _fit(tmp_path / "first", data_yaml, 2)
     (ckpt,) = glob.glob(str(tmp_path / "first" / "**" / "last.ckpt"), recursive=True)
     resumed = _fit(tmp_path / "resumed", data_yaml, 4, ckpt=ckpt)
-    _assert_same(straight["states"], resumed["states"])
+    assert_same(straight["states"], resumed["states"])
     again = _metrics(str(tmp_path / "resumed" / "runs" / "tiny"))
     for key in ("oc/guided_groups", "oc/mean_fraction", "oc/is_weight_mean", "rollouts/generated"):
         assert [r[key] for r in again] == [r[key] for r in rows[2:]], key

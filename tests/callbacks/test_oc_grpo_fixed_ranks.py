@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 from tests.test_oc_fixed_harvest import run_echo_harvest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_two_ddp_ranks_train_their_guided_rows_on_the_plain_prompt_and_agree(ddp
         assert float(r["rollouts/generated"]) == 8.0  # rank 0's 2 prompts × 4: nothing regenerated
         assert float(r["cumulative/rollouts_generated"]) == 16.0 * (step + 1)  # summed over both ranks
     states = [_load(ddp, "rank", r)["states"] for r in (0, 1)]
-    _assert_same(states[0], states[1])
+    assert_same(states[0], states[1])
     assert states[0]["OCGRPOFixed"]["totals"] == {"guided_groups": sum(per_rank), "guided_rollouts": 4 * sum(per_rank)}
 
     # one model: both ranks end with the same weights, and the last checkpoint holds them and the state

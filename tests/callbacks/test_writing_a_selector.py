@@ -14,7 +14,7 @@ import torch
 
 from lit_rlvr.cli import main
 from tests.callbacks.fixtures import at_step, make_batch, make_pool
-from tests.callbacks.test_integration import _assert_same
+from tests.assertions import assert_same
 from tests.examples.skip_solved import SkipSolved
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_its_state_round_trips_and_loads_strictly():
     assert list(state) == ["table"] and list(state["table"]) == ["streak"]
     resumed = SkipSolved(visits=2)
     resumed.load_state_dict(state)
-    _assert_same(state, resumed.state_dict())
+    assert_same(state, resumed.state_dict())
     assert resumed.table.get("streak", [3, 4]).tolist() == [1, 0]
     with pytest.raises(ValueError, match="SkipSolved.*no key 'table'.*an unknown key 'tabel'"):
         SkipSolved(visits=2).load_state_dict({"tabel": state["table"]})
