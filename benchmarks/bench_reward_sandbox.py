@@ -19,7 +19,7 @@ import time
 import reasoning_gym
 
 from lit_rlvr.rewards.reasoning_gym import score_reasoning_gym
-from lit_rlvr.rewards.timeout import TimeLimitedCaller
+from lit_rlvr.rewards.workers.pool import TimeLimitedCaller
 
 
 def main() -> None:

@@ -210,7 +210,7 @@ def _missing_gpu(accelerator: str) -> Optional[str]:
 @rank_zero_only
 def _strict_sandbox_error(model: Any) -> Optional[str]:
     """With ``model.reward_sandbox.strict``, what this kernel lacks, before any reward (and its code) is built."""
-    from lit_rlvr.rewards.sandbox_settings import RewardSandbox
+    from lit_rlvr.rewards.workers.settings import RewardSandbox
 
     def get(node: Any, key: str) -> Any:
         return node.get(key) if hasattr(node, "get") else None
@@ -241,7 +241,7 @@ def main(args: Optional[list[str]] = None) -> None:
         run_subcommand(argv[0], argv[1:])
         return None  # the console script exits with main's return value: a tool's result is not an exit code
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as python -m and the reward workers (lit_rlvr.rewards.worker):
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as python -m and the reward workers (lit_rlvr.rewards.workers.zygote):
         sys.path.append(os.getcwd())  # a class path in the working directory imports; appended, installed packages win
     show_lit_rlvr_logs()
     apply_thread_policy(argv)  # before torch computes anything (lit_rlvr.threads)

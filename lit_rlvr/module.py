@@ -34,7 +34,7 @@ from lit_rlvr.policy import PolicyConfig
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.preemption import abandonable
 from lit_rlvr.rewards import RewardFunction
-from lit_rlvr.rewards.sandbox_settings import RewardSandbox
+from lit_rlvr.rewards.workers.settings import RewardSandbox
 from lit_rlvr.settings import EvalSettings, LossSettings, NoiseScaleSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.rollout.revise import revise
 from lit_rlvr.seeds import derive_seed

@@ -40,7 +40,7 @@ from lit_rlvr.preemption import StopOnSignal, abandonable
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rewards.base import RewardResult
-from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
+from lit_rlvr.rewards.workers.settings import RewardSandbox, apply_reward_sandbox
 from lit_rlvr.rollout import GenerationRequest, SamplingConfig, build_engine
 from lit_rlvr.rollout.generate_score import generate_and_score
 from lit_rlvr.rollout.hidden import final_token_states, last_hidden_states

@@ -12,7 +12,7 @@
   fewer threads than asked on its own.
 
 The chosen count is exported as ``OMP_NUM_THREADS`` so processes Lightning launches (DDP ranks)
-follow it; reward workers set their own (one thread each, ``lit_rlvr.rewards.sandbox_settings``).
+follow it; reward workers set their own (one thread each, ``lit_rlvr.rewards.workers.settings``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ each process is counted once, and the difference of two readings is the CPU spen
 and all its workers, whether they are still running (kept zygotes) or have ended. Not counted: a
 descendant orphaned and reaped by init (the reward workers die with their parent, never orphaned while it
 runs), and a process that ends in the few microseconds between the reads of it and of its parent. The
-per-call ``cpu_s`` in a reward worker's reply (``lit_rlvr.rewards.protocol``) measures the same calls from
+per-call ``cpu_s`` in a reward worker's reply (``lit_rlvr.rewards.workers.protocol``) measures the same calls from
 inside; it is not used because the caller does not keep it. Off Linux (no ``/proc``): this process and its
 waited-for children only.
 

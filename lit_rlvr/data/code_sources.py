@@ -22,7 +22,7 @@ import random
 from typing import Any, Optional
 
 from lit_rlvr.data.sources import PromptSource
-from lit_rlvr.rewards.sandbox_settings import hide_from_workers
+from lit_rlvr.rewards.workers.settings import hide_from_workers
 
 __all__ = ["HumanEvalSource", "humaneval_tests", "humaneval_prelude", "humaneval_path"]
 

@@ -9,7 +9,7 @@ Configure them from YAML by class path, e.g.::
         init_args: {weight: 0.1}
 
 ``RewardScorer`` runs them over a batch and never lets one failing call stop training.
-Verifiers that see model output run in sandboxed worker processes (``sandbox.py``),
+Verifiers that see model output run in sandboxed worker processes (``workers/``),
 a batch spread over them, each call limited to ``timeout_s`` (default 10 s).
 """
 
@@ -27,8 +27,8 @@ from lit_rlvr.rewards.code_exec import CodeExecutionReward
 from lit_rlvr.rewards.format import FormatReward
 from lit_rlvr.rewards.math_verify import MathVerifyReward, verify_math
 from lit_rlvr.rewards.reasoning_gym import ReasoningGymReward
-from lit_rlvr.rewards.sandbox import SandboxLimits
-from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, CallOutcome, TimeLimitedCaller, resolve_callable
+from lit_rlvr.rewards.workers.confinement import SandboxLimits
+from lit_rlvr.rewards.workers.pool import DEFAULT_TIMEOUT_S, CallOutcome, TimeLimitedCaller, resolve_callable
 
 __all__ = [
     "ANSWER_MODES",

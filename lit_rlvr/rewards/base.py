@@ -16,12 +16,12 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from lit_rlvr.rewards.protocol import error_summary
+from lit_rlvr.rewards.workers.protocol import error_summary
 
 if TYPE_CHECKING:  # imported where used, so worker processes that only score stay light
     import torch
 
-    from lit_rlvr.rewards.timeout import TimeLimitedCaller
+    from lit_rlvr.rewards.workers.pool import TimeLimitedCaller
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller
-from lit_rlvr.rewards.worker import check_import_path
+from lit_rlvr.rewards.workers.pool import DEFAULT_TIMEOUT_S, TimeLimitedCaller
+from lit_rlvr.rewards.workers.zygote import check_import_path
 
 
 class CallableReward(WorkerReward):

@@ -10,7 +10,7 @@ under a per-test deadline (``SIGALRM`` raising in the worker's main thread), and
 with the worker's address space lowered to ``memory_mb``. The caller's
 ``timeout_s`` kills the worker when a program defeats the per-test deadline (a
 C call that never checks signals, a handler reset). Every call runs in its own
-process, forked from a clean zygote and gone after its answer (``worker.py``), so
+process, forked from a clean zygote and gone after its answer (``workers/zygote.py``), so
 nothing one rollout's program does to its process reaches another rollout.
 
 Whatever the program's process answers could be forged by the program, so the
@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from lit_rlvr.rewards import code_checks
 from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.timeout import TimeLimitedCaller
+from lit_rlvr.rewards.workers.pool import TimeLimitedCaller
 
 __all__ = ["CodeExecutionReward", "TestPlan", "extract_program", "plan_tests", "run_tests", "EXTRACTION_MODES", "MODES"]
 

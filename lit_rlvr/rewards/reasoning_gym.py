@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
 from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.timeout import DEFAULT_TIMEOUT_S, TimeLimitedCaller
+from lit_rlvr.rewards.workers.pool import DEFAULT_TIMEOUT_S, TimeLimitedCaller
 
 _SCORERS: dict[str, Callable[..., float]] = {}
 

@@ -246,7 +246,7 @@ def shrink_request_pipe(completion, answer, metadata):
     """Shrinks every pipe it holds to one page and stops reading requests (its process goes on)."""
     import fcntl
 
-    from lit_rlvr.rewards import protocol
+    from lit_rlvr.rewards.workers import protocol
 
     for fd in range(3, 64):
         try:

@@ -23,7 +23,7 @@ _FIND_CALL = (
     "f = sys._getframe()\n"
     "while f is not None and not {'rep', 'i', 'args'} <= set(f.f_locals):\n"
     "    f = f.f_back\n"
-    "protocol = sys.modules['lit_rlvr.rewards.protocol']\n"
+    "protocol = sys.modules['lit_rlvr.rewards.workers.protocol']\n"
     "def fake_reply():\n"
     "    n = len(f.f_locals['args'][1])\n"
     "    os.write(f.f_locals['rep'], protocol.encode('result', i=f.f_locals['i'], ok=True, value='P' * n, error='',"

@@ -13,7 +13,7 @@ import pytest
 import reasoning_gym
 
 from lit_rlvr.rewards import CallableReward, ReasoningGymReward, RewardScorer
-from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
+from lit_rlvr.rewards.workers.settings import RewardSandbox, apply_reward_sandbox
 from tests.rewards import hostile
 from tests.rewards.hostile_payloads import EVALUATING_TASKS, payload_answer
 
@@ -161,7 +161,7 @@ def test_one_memory_budget_for_all_workers_named_when_hit(caplog):
 
 
 def test_the_default_budget_is_half_the_machine():
-    from lit_rlvr.rewards.sandbox_settings import physical_memory_mb
+    from lit_rlvr.rewards.workers.settings import physical_memory_mb
 
     assert RewardSandbox().budget_mb() == physical_memory_mb() // 2
     with pytest.raises(ValueError, match="model.reward_sandbox.memory_mb"):
@@ -386,7 +386,7 @@ def test_no_worker_outlives_the_trainer(tmp_path):
 def test_strict_refuses_a_fit_before_any_reward_is_built(monkeypatch):
     """On a kernel without Landlock (simulated), a strict fit stops naming the feature and the flag."""
     from lit_rlvr.cli import main
-    from lit_rlvr.rewards import worker_process
+    from lit_rlvr.rewards.workers import process as worker_process
 
     started = []
     monkeypatch.setattr(worker_process.WorkerProcess, "start", lambda *a, **k: started.append(a) or 1 / 0)

@@ -130,7 +130,7 @@ def test_the_call_after_a_hostile_call_scores_on_its_own():
 
 
 def test_strict_refuses_where_signals_are_not_scoped(monkeypatch):
-    from lit_rlvr.rewards.sandbox_settings import RewardSandbox, apply_reward_sandbox
+    from lit_rlvr.rewards.workers.settings import RewardSandbox, apply_reward_sandbox
 
     monkeypatch.setenv("LIT_RLVR_SANDBOX_SIMULATE_MISSING", "signal_scope")
     with pytest.raises(ValueError, match=r"lacks: Landlock signal scoping \(ABI 6, Linux 6\.12\+\)") as e:

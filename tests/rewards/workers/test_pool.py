@@ -6,13 +6,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from lit_rlvr.rewards import CallableReward, MathVerifyReward, ReasoningGymReward, RewardScorer, TimeLimitedCaller
 from tests.rewards import helpers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def test_every_reward_has_a_10s_limit_by_default():

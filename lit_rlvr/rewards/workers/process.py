@@ -21,10 +21,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-from lit_rlvr.rewards import protocol
-from lit_rlvr.rewards.output_relay import OutputRelay
+from lit_rlvr.rewards.workers import protocol
+from lit_rlvr.rewards.workers.output_relay import OutputRelay
 
-_BOOT = "import sys; from lit_rlvr.rewards.worker import main; main(sys.argv[1:])"
+_BOOT = "import sys; from lit_rlvr.rewards.workers.zygote import main; main(sys.argv[1:])"
 
 
 T = TypeVar("T")

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from lit_rlvr.rewards import TimeLimitedCaller, parked
+from lit_rlvr.rewards import TimeLimitedCaller
+from lit_rlvr.rewards.workers import parked
 from tests.rewards import helpers
 
 

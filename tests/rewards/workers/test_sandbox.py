@@ -83,8 +83,8 @@ def test_no_network_and_no_signals_to_other_processes(report):
 
 
 def test_resource_limits_and_workdir(tmp_path):
-    from lit_rlvr.rewards import parked
-    from lit_rlvr.rewards.sandbox import SandboxLimits
+    from lit_rlvr.rewards.workers import parked
+    from lit_rlvr.rewards.workers.confinement import SandboxLimits
 
     limits = SandboxLimits(address_space_mb=4096, cpu_seconds=100, open_files=64)
     caller = TimeLimitedCaller(helpers.limits_reward, timeout_s=10, sandbox=limits)

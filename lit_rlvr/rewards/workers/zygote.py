@@ -1,6 +1,6 @@
 """The reward worker: a zygote that confines itself, imports the function, and forks one process per call.
 
-Started by ``TimeLimitedCaller`` (``worker_process``) as a fresh interpreter with
+Started by ``TimeLimitedCaller`` (``process``) as a fresh interpreter with
 ``REQ_FD REPLY_FD CTL_FD``, a clean environment, stdin on ``/dev/null`` and
 stdout/stderr on a pipe the trainer relays to its log. The zygote reads its set-up
 (pickled by the trainer) from the request pipe, sets its parent-death signal,
@@ -36,9 +36,9 @@ import signal
 import sys
 from typing import Any, Callable, Optional
 
-from lit_rlvr.rewards import protocol
-from lit_rlvr.rewards.protocol import error_summary
-from lit_rlvr.rewards.sandbox import SandboxLimits, apply_sandbox, confine_call, die_with_parent
+from lit_rlvr.rewards.workers import protocol
+from lit_rlvr.rewards.workers.protocol import error_summary
+from lit_rlvr.rewards.workers.confinement import SandboxLimits, apply_sandbox, confine_call, die_with_parent
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import threading
 from collections import OrderedDict
 from typing import Any, Optional
 
-from lit_rlvr.rewards.output_relay import OutputRelay
-from lit_rlvr.rewards.worker_process import WorkerProcess
+from lit_rlvr.rewards.workers.output_relay import OutputRelay
+from lit_rlvr.rewards.workers.process import WorkerProcess
 
 MAX_PARKED = int(os.environ.get("LIT_RLVR_PARKED_ZYGOTES", "4"))
 """Most idle zygotes kept per process (``LIT_RLVR_PARKED_ZYGOTES``; 0 turns keeping off)."""

@@ -32,7 +32,7 @@ from typing import Any, Optional, Protocol, Sequence
 class _HasWorkerCallers(Protocol):
     """What ``apply_reward_sandbox`` uses of a ``RewardFunction`` (``lit_rlvr.rewards.base``).
 
-    Structural, so that this module (imported by ``lit_rlvr.rewards.timeout``, which ``base``
+    Structural, so that this module (imported by ``lit_rlvr.rewards.workers.pool``, which ``base``
     names) imports neither.
     """
 
@@ -96,7 +96,7 @@ class RewardSandbox:
 
     def check_strict(self) -> None:
         """With ``strict``, ``ValueError`` naming what this system lacks (nothing is started to find out)."""
-        from lit_rlvr.rewards.sandbox import missing_features, simulated_missing
+        from lit_rlvr.rewards.workers.confinement import missing_features, simulated_missing
 
         missing = missing_features(simulated_missing()) if self.strict else []
         if missing:

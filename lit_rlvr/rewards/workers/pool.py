@@ -4,20 +4,20 @@ Reward code can hang (sympy on ``9**9**9**9``, a regex on a 50 kB completion)
 and can run the completion as code. ``signal.alarm`` cannot bound it (it only
 works in the main thread, and Lightning may score elsewhere), so
 ``TimeLimitedCaller`` runs the function in worker subprocesses that sandbox
-themselves (``worker.py``, ``sandbox.py``) and waits for them with a deadline.
+themselves (``zygote.py``, ``confinement.py``) and waits for them with a deadline.
 
 Design notes:
 
-* **Batches** (``call_batch.BatchLoop``): deadlines that cover the whole call,
+* **Batches** (``batch_loop.BatchLoop``): deadlines that cover the whole call,
   replies read as data, one item in flight per zygote, signals handled at once.
-* **A fresh process per call** (``worker.py``): each worker is a zygote, a fresh
+* **A fresh process per call** (``zygote.py``): each worker is a zygote, a fresh
   interpreter (``subprocess``, never a fork of the trainer, so none of its memory
   or environment) that confines itself, imports the reward's modules and then
   forks one child per call; the child confines itself further before it reads
   its request, answers once and exits, and the zygote empties the working
   directory before the next. Nothing one call does reaches another call.
 * **A clean environment**: an allow-listed environment
-  (``sandbox_settings.worker_env``), a private empty working directory, stdin on
+  (``settings.worker_env``), a private empty working directory, stdin on
   ``/dev/null``, its own session, and stdout/stderr on a pipe that the trainer
   relays to its log with a prefix, escaped and rate limited (``OutputRelay``),
   never raw to the terminal. The function is named by import path and imported
@@ -49,15 +49,15 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Optional, Sequence, Union
 
-from lit_rlvr.rewards import parked
-from lit_rlvr.rewards.call_batch import BatchLoop, CallOutcome
-from lit_rlvr.rewards.output_relay import OutputRelay
-from lit_rlvr.rewards.protocol import error_summary
-from lit_rlvr.rewards.sandbox import SandboxLimits, simulated_missing
-from lit_rlvr.rewards.sandbox_settings import default_workers, read_roots, worker_env
-from lit_rlvr.rewards.worker import import_path_of, module_of, resolve_callable
-from lit_rlvr.rewards.workdirs import new_workdir, remove_stale_workdirs
-from lit_rlvr.rewards.worker_process import WorkerProcess
+from lit_rlvr.rewards.workers import parked
+from lit_rlvr.rewards.workers.batch_loop import BatchLoop, CallOutcome
+from lit_rlvr.rewards.workers.output_relay import OutputRelay
+from lit_rlvr.rewards.workers.protocol import error_summary
+from lit_rlvr.rewards.workers.confinement import SandboxLimits, simulated_missing
+from lit_rlvr.rewards.workers.settings import default_workers, read_roots, worker_env
+from lit_rlvr.rewards.workers.zygote import import_path_of, module_of, resolve_callable
+from lit_rlvr.rewards.workers.workdirs import new_workdir, remove_stale_workdirs
+from lit_rlvr.rewards.workers.process import WorkerProcess
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CallOutcome", "TimeLimitedCaller", "error_summary", "resolve_callable"]
 
@@ -183,7 +183,7 @@ class TimeLimitedCaller(BatchLoop):
         strict: bool = False,
         memory_note: str = "",
     ) -> None:
-        """Apply the run's sandbox settings (``sandbox_settings.RewardSandbox``); running workers are replaced."""
+        """Apply the run's sandbox settings (``settings.RewardSandbox``); running workers are replaced."""
         with self._lock:
             self._kill_all()
             if workers is not None:
@@ -262,7 +262,7 @@ class TimeLimitedCaller(BatchLoop):
         except Exception:
             pass
 
-    # ------------------------------------------------------------------ a batch (its loop: call_batch.BatchLoop)
+    # ------------------------------------------------------------------ a batch (its loop: batch_loop.BatchLoop)
 
     def _own_process(self) -> None:
         if self._pid != os.getpid():  # a forked copy: the workers belong to our parent

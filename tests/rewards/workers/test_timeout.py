@@ -1,6 +1,7 @@
 import copy
 import os
 import pickle
+from pathlib import Path
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ import pytest
 from lit_rlvr.rewards import TimeLimitedCaller, resolve_callable
 from tests.rewards import helpers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 @pytest.fixture(scope="module")

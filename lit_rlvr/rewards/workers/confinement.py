@@ -13,7 +13,7 @@ confinement. What it enforces, best effort and reported, never assumed:
   raise limits, mount, load modules, or bypass file permissions);
 * Linux Landlock (5.13+): no writing, creating, removing or executing files
   outside the working directory (``/dev/null`` stays writable), and no reading
-  outside the paths the trainer allows (``sandbox_settings.read_roots``: the
+  outside the paths the trainer allows (``settings.read_roots``: the
   Python installation, system libraries, the imported packages); with Landlock
   ABI 4+ no TCP bind/connect, with ABI 6+ no signals to processes outside the
   sandbox and no abstract Unix sockets;

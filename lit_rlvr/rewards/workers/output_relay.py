@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
-from lit_rlvr.rewards.protocol import clean_text
+from lit_rlvr.rewards.workers.protocol import clean_text
 
 log = logging.getLogger("lit_rlvr.rewards.worker_output")
 

@@ -1,6 +1,6 @@
 """Driving a batch of calls over the reward workers, each call under its own deadline.
 
-``BatchLoop`` is the part of ``TimeLimitedCaller`` (``timeout.py``) that sends each
+``BatchLoop`` is the part of ``TimeLimitedCaller`` (``pool.py``) that sends each
 item of a batch to an idle worker, waits on all the workers' pipes at once, reads
 what they write and ends each call: answered, failed, or over its deadline.
 
@@ -33,15 +33,15 @@ import time
 from collections import deque
 from typing import Any, NamedTuple, Optional
 
-from lit_rlvr.rewards import protocol
-from lit_rlvr.rewards.output_relay import OutputRelay
-from lit_rlvr.rewards.protocol import ProtocolError
-from lit_rlvr.rewards.sandbox import SandboxLimits, describe
-from lit_rlvr.rewards.worker_process import WorkerProcess, read_available
+from lit_rlvr.rewards.workers import protocol
+from lit_rlvr.rewards.workers.output_relay import OutputRelay
+from lit_rlvr.rewards.workers.protocol import ProtocolError
+from lit_rlvr.rewards.workers.confinement import SandboxLimits, describe
+from lit_rlvr.rewards.workers.process import WorkerProcess, read_available
 
 __all__ = ["BatchLoop", "CallOutcome"]
 
-log = logging.getLogger("lit_rlvr.rewards.timeout")  # under the caller's name, where its messages always were
+log = logging.getLogger("lit_rlvr.rewards.workers.pool")  # under the caller's name, where its messages always were
 
 _END_GRACE_S = 1.0
 """After its answer, how long a call's process may take to end (at least; else the call is a timeout)."""
