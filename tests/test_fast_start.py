@@ -60,3 +60,13 @@ def test_the_key_follows_the_config_files_and_the_arguments(tmp_path, cache):
     assert help_key(argv) == first and help_key(["fit", "--help"]) != first
     config.write_text("trainer: {max_steps: 22}\n")  # another size: another key
     assert help_key(argv) != first
+
+
+def test_a_report_on_a_run_imports_no_torch(tmp_path, cache):
+    # before: 9-11 s at load 4-5, most of it torch and Lightning (groups.csv's reader lived beside the recorder)
+    from tests.test_advice import _run_folder
+
+    _run_folder(tmp_path / "csv" / "version_0", (2.0, 3.0, 2.5, 2.0, 3.5, 2.5))
+    out, heavy = _probe("report", str(tmp_path))
+    assert "  advice                try --data.batch_size=1" in out
+    assert not {"torch", "lightning", "transformers", "jsonargparse"} & set(heavy), heavy
