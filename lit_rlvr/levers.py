@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from lit_rlvr.run_noise_scale import run_noise_scale
+from lit_rlvr.critical_batch.run_noise_scale import run_noise_scale
 
 __all__ = ["LeverPrediction", "RunNoise", "critical_batch_line", "lever_predictions", "lever_page_section", "run_noise",
            "smaller_batch", "refill", "preselect", "unmeasured_reason"]

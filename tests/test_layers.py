@@ -61,7 +61,6 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.plot": 1,
     "lit_rlvr.paths": 1,
     "lit_rlvr.group_file": 1,  # groups.csv's columns and reader, torch-free
-    "lit_rlvr.run_noise_scale": 1,
     "lit_rlvr.loggers": 1,
     "lit_rlvr.voting": 1,
     "lit_rlvr.curves": 1,

@@ -46,7 +46,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from lit_rlvr.run_noise_scale import run_noise_scale  # noqa: F401 (torch-free, read by lit-rlvr report)
+from lit_rlvr.critical_batch.run_noise_scale import run_noise_scale  # noqa: F401 (torch-free, read by lit-rlvr report)
 
 __all__ = [
     "NoiseScaleTracker", "StepMoments", "biased_noise_scale", "unbiased_estimates",
