@@ -32,6 +32,7 @@ from lit_rlvr.critical_batch.batch_rule import aimed_prompts, beta2_for, min_gro
 from lit_rlvr.selection import RolloutAllocator, SelectionCallback
 from lit_rlvr.selection_host import BatchHost
 from lit_rlvr.types import PromptPool, RolloutBatch
+from lit_rlvr.update.noise_scale import RECENT_STEPS
 from lit_rlvr.critical_batch.run_noise_scale import run_noise_scale
 
 __all__ = ["AdaptiveBatch", "DEFAULT_FIXED_COST_ROLLOUTS"]
@@ -96,6 +97,8 @@ class AdaptiveBatch(SelectionCallback):
         self.window = whole("window", window, 2)
         self.min_estimates = whole("min_estimates", min_estimates, 2)
         self.warmup_steps = whole("warmup_steps", warmup_steps, 0)
+        if self.window > RECENT_STEPS:
+            raise ValueError(f"AdaptiveBatch: `window`={window} must be <= {RECENT_STEPS} (the steps the noise tracker keeps)")
         if self.min_estimates > self.window:
             raise ValueError(f"AdaptiveBatch: `min_estimates`={min_estimates} must be <= `window`={window}")
         if not (max_change > 1.0) or not math.isfinite(max_change):
@@ -252,7 +255,7 @@ class AdaptiveBatch(SelectionCallback):
         hold = lambda reason, *aims: (self.prompts, reason, *(aims or (math.nan,) * 5), *costs)  # noqa: E731
         if self.steps_seen + 1 < self.warmup_steps:
             return hold(1)
-        rows = [r for r in pl_module.noise_meter.tracker.history if math.isfinite(r.get("g2_all", math.nan))]
+        rows = [r for r in pl_module.noise_meter.tracker.recent if math.isfinite(r.get("g2_all", math.nan))]
         rows = rows[-self.window:]
         f, phi = self.share, self._fixed_cost()
         if len(rows) < self.min_estimates or not (f > 0) or not math.isfinite(phi):

@@ -122,17 +122,27 @@ class _Ema:
         return self.value / (1.0 - self.beta**self.count) if self.count else math.nan
 
 
+KEYS = ("informative", "all", "informative_adam", "all_adam")
+"""The smoothed estimates: each unit set, plain and Adam-preconditioned."""
+RECENT_STEPS = 256
+"""Per-step rows the tracker keeps (the newest): enough for a batch controller's window; the run's own total is
+read from metrics.csv, which has every step."""
+
+
 @dataclass
 class NoiseScaleTracker:
-    """Per-step moments in, smoothed noise scales out; the per-step estimates kept for the run's own total.
+    """Per-step moments in, smoothed noise scales out: two moving averages a key (tr Σ and |G|²) kept as state,
+    so a step costs the same at step 10 and at step 10,000, and the last ``RECENT_STEPS`` per-step rows.
 
     Args:
         beta: the moving averages' decay (``NoiseScaleSettings.ema``).
     """
 
     beta: float = 0.9
-    history: list[dict[str, float]] = field(default_factory=list)
-    """One row per optimizer step with an estimate: K_inf, K_all and (|G|², tr Σ) per set and preconditioning."""
+    recent: list[dict[str, float]] = field(default_factory=list)
+    """The newest rows, one per optimizer step: K_inf, K_all and (|G|², tr Σ) per set and preconditioning."""
+    averages: dict[str, tuple[_Ema, _Ema]] = field(default_factory=dict)
+    """Per key of ``KEYS``: the moving averages of tr Σ and of |G|² over the steps with an estimate."""
 
     def update(self, step: StepMoments) -> dict[str, float]:
         """Record one optimizer step; the metrics to log (smoothed B_simple per set, f, x)."""
@@ -142,25 +152,29 @@ class NoiseScaleTracker:
                 est = unit_estimates(step, count(step), adam)
                 key = f"{name}{'_adam' if adam else ''}"
                 row[f"g2_{key}"], row[f"trace_{key}"] = est if est is not None else (math.nan, math.nan)
-        self.history.append(row)
+        self._average(row)
+        self.recent = (self.recent + [row])[-RECENT_STEPS:]
         return self.metrics()
 
-    def smoothed(self, key: str) -> float:
-        """B_simple from bias-corrected moving averages of tr Σ and |G|² (steps without an estimate skipped)."""
-        num, den = _Ema(self.beta), _Ema(self.beta)
-        for row in self.history:
+    def _average(self, row: dict[str, float]) -> None:
+        for key in KEYS:
             g2, tr = row[f"g2_{key}"], row[f"trace_{key}"]
-            if math.isfinite(g2) and math.isfinite(tr):
+            if math.isfinite(g2) and math.isfinite(tr):  # steps without an estimate are skipped
+                num, den = self.averages.setdefault(key, (_Ema(self.beta), _Ema(self.beta)))
                 num.update(tr)
                 den.update(g2)
+
+    def smoothed(self, key: str) -> float:
+        """B_simple from the bias-corrected moving averages of tr Σ and |G|²."""
+        num, den = self.averages.get(key, (_Ema(self.beta), _Ema(self.beta)))
         n, d = num.get(), den.get()
         return n / d if d > 0 and math.isfinite(n) else math.nan
 
     def metrics(self) -> dict[str, float]:
-        if not self.history:
+        if not self.recent:
             return {}
-        last = self.history[-1]
-        out = {f"noise/B_simple_{key}": self.smoothed(key) for key in ("informative", "all", "informative_adam", "all_adam")}
+        last = self.recent[-1]
+        out = {f"noise/B_simple_{key}": self.smoothed(key) for key in KEYS}
         share = last["units_informative"] / last["units_all"] if last["units_all"] else math.nan
         b = out["noise/B_simple_informative"]
         out["noise/informative_share"] = share  # f
@@ -169,11 +183,22 @@ class NoiseScaleTracker:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"beta": self.beta, "history": [dict(r) for r in self.history]}
+        return {"beta": self.beta, "recent": [dict(r) for r in self.recent],
+                "averages": {k: [num.value, num.count, den.value, den.count] for k, (num, den) in self.averages.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore; a checkpoint of before (the whole ``history``) is replayed once into the averages."""
         self.beta = float(state.get("beta", self.beta))
-        self.history = [dict(r) for r in state.get("history", [])]
+        self.averages = {}
+        if "history" in state:
+            rows = [dict(r) for r in state["history"]]
+            for row in rows:
+                self._average(row)
+            self.recent = rows[-RECENT_STEPS:]
+            return
+        self.recent = [dict(r) for r in state.get("recent", [])]
+        for key, (nv, nc, dv, dc) in state.get("averages", {}).items():
+            self.averages[key] = (_Ema(self.beta, float(nv), int(nc)), _Ema(self.beta, float(dv), int(dc)))
 
 
 ADAM_WARMUP_STEPS = 10

@@ -122,7 +122,7 @@ def test_start_up_checks_name_the_fix():
 def _module(rows, G=8):
     """A module whose noise meter has the per-step (tr Sigma, |G|^2) rows ``rows``."""
     history = [{"trace_all": t, "g2_all": g} for t, g in rows]
-    return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(history=history)),
+    return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(recent=history)),
                            rollout_settings=SimpleNamespace(num_generations=G))
 
 

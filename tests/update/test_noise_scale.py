@@ -236,17 +236,43 @@ def test_tracker_state_round_trips():
     assert b.metrics() == a.metrics()
 
 
+def test_the_averages_are_state_and_the_rows_kept_are_bounded(monkeypatch):
+    """Each step updates the averages once (no replay of the history: a step costs the same at any step), and a
+    checkpoint holds them and the newest rows only; an old checkpoint's whole history is replayed once."""
+    import lit_rlvr.update.noise_scale as ns
+
+    steps = [(3.0, 1.0), (5.0, 0.5), (2.0, 1.5), (7.0, 0.25), (4.0, 1.0)]
+    full = NoiseScaleTracker(beta=0.8)  # every row kept: the history a checkpoint of before held
+    for tr, g2 in steps:
+        full.update(_step(tr, g2))
+    monkeypatch.setattr(ns, "RECENT_STEPS", 3)
+    a = NoiseScaleTracker(beta=0.8)
+    for tr, g2 in steps:
+        a.update(_step(tr, g2))
+    assert len(a.recent) == 3 and a.recent[-1]["trace_informative"] == pytest.approx(4.0)
+    # still the bias-corrected moving averages over all five steps, not over the rows kept
+    w = [0.2 * 0.8 ** (4 - i) for i in range(5)]
+    num, den = (sum(wi * x for wi, (x, _) in zip(w, steps)), sum(wi * g for wi, (_, g) in zip(w, steps)))
+    assert a.smoothed("informative") == pytest.approx(num / den) == full.smoothed("informative")
+    old = NoiseScaleTracker()
+    old.load_state_dict({"beta": 0.8, "history": full.recent})
+    assert old.metrics() == a.metrics() and old.recent == a.recent
+    b = NoiseScaleTracker()
+    b.load_state_dict(a.state_dict())
+    assert b.metrics() == a.metrics() and set(a.state_dict()) == {"beta", "recent", "averages"}
+
+
 def test_the_run_noise_scale_is_a_ratio_of_sums_with_a_jackknife_error():
     history = NoiseScaleTracker()
     steps = [(4.0, 1.0), (6.0, 1.0), (5.0, 2.0), (9.0, 1.0)]
     for tr, g2 in steps:
         history.update(_step(tr, g2))
-    b, se = run_noise_scale(history.history)
+    b, se = run_noise_scale(history.recent)
     assert b == pytest.approx(24.0 / 5.0)
     leave = [(24 - t) / (5 - g) for t, g in steps]
     mean = sum(leave) / 4
     assert se == pytest.approx(math.sqrt(3 / 4 * sum((v - mean) ** 2 for v in leave)))
-    assert math.isnan(run_noise_scale(history.history[:1])[0])
+    assert math.isnan(run_noise_scale(history.recent[:1])[0])
 
 
 # ------------------------------------------------------------------ in a fit
@@ -298,7 +324,7 @@ def test_a_fit_logs_the_noise_scale_and_trains_exactly_as_without_it(tmp_path):
                 "informative_share", "units_informative", "units_all", "g2_informative", "trace_all_adam"):
         assert f"noise/{key}" in last, key
     assert 0 < float(last["noise/informative_share"]) < 1
-    history = module.updater.noise.tracker.history
+    history = module.updater.noise.tracker.recent
     assert len(history) == 2 and all(r["units_informative"] >= 2 for r in history)
     for r in history:  # tr Σ is a variance (m ≥ q): never negative; |G|² may be (unbiased, noisy)
         for key in ("informative", "all"):
