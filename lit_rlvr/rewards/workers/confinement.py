@@ -532,7 +532,7 @@ def describe(report: dict[str, Any], detail: bool = False) -> str:
         if report.get("missing"):
             text += ". NOT enforced here: " + "; ".join(report["missing"])
         return text
-    text = "reward workers are sandboxed (" + ", ".join(n for k, n in _SHORT_NAMES if report.get(k)) + ")"
+    text = "reward sandbox: " + ", ".join(n for k, n in _SHORT_NAMES if report.get(k))
     if report.get("missing"):
         text += "; NOT enforced here: " + "; ".join(m.split(" (")[0] for m in report["missing"])
     return text + " (docs/security.md; details at debug level)"
