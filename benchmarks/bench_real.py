@@ -18,8 +18,9 @@ pass rates of a probe of training prompts are spread.
 ``run`` runs ``lit-rlvr fit --config <config> --config configs/methods/<strategy>.yaml
 --config budget.yaml ...`` in ``<out>/<strategy>_seed<S>``, ``--jobs`` at a time in as many
 long-lived worker processes (one thread each; ``lit_rlvr.bench.fit_worker``). ``budget.yaml``
-puts ``CpuClock`` first (``time/cpu_s``: CPU seconds of each training step, the fit's process and its reward
-workers; ``lit_rlvr.critical_batch.cpu_clock``), repeats the method's callbacks and appends ``SelectionTimer``,
+repeats the method's callbacks (a later ``--config`` replaces the list), then appends ``CpuClock`` (``time/cpu_s``:
+CPU seconds of each training step, the fit's process and its reward workers; ``lit_rlvr.critical_batch.cpu_clock``),
+``SelectionTimer``,
 ``RolloutEval`` (greedy pass@1 on the training and held-out prompts every
 ``--eval-every-rollouts``), ``RolloutBudget`` (stops once the cumulative rollouts generated
 reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
@@ -173,8 +174,11 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
     callbacks = []
     for layer in layers:  # a later layer's callback list replaces an earlier one's, as in LightningCLI
         callbacks = list((load_config(layer).get("trainer") or {}).get("callbacks") or callbacks)
-    # CpuClock first: a step's CPU seconds run from its first hook to before the evaluation (cpu_clock's docstring)
-    callbacks = [{"class_path": "lit_rlvr.critical_batch.cpu_clock.CpuClock"}] + callbacks + [
+    # CpuClock right after the method's callbacks: budget.yaml must repeat the method's list as its prefix (else
+    # lit-rlvr refuses two allocator lists, config_checks.method_config_notices); a step's CPU seconds then run from
+    # CpuClock's on_train_batch_start (after the method's own: pre-selection's choice is outside, timed in
+    # time/selection_ms; the rollouts, rewards, allocators and update inside) to before the evaluation
+    callbacks = callbacks + [{"class_path": "lit_rlvr.critical_batch.cpu_clock.CpuClock"},
         {"class_path": "lit_rlvr.bench.timing.SelectionTimer"},
         {"class_path": "lit_rlvr.bench.rollout_eval.RolloutEval",
          "init_args": {"every_n_rollouts": args.eval_every_rollouts, "prompts": list(args.eval_prompts)}},

@@ -32,7 +32,7 @@ def test_bench_real_all_runs_the_pipeline(tmp_path):
         rd = out / f"{strategy}_seed0"
         callbacks = [c["class_path"].rsplit(".", 1)[1] for c in yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]]
         assert callbacks[-4:] == ["SelectionTimer", "RolloutEval", "RolloutBudget", "SelectionRecorder"]
-        assert callbacks[0] == "CpuClock"  # first: a step's CPU seconds include its selection hooks
+        assert callbacks[-5] == "CpuClock"  # after the method's own: budget.yaml repeats their list as its prefix
         assert ("GRESO" in callbacks) == (strategy == "greso")
         (metrics,) = rd.glob("csv/version_*/metrics.csv")
         rows = [r for r in csv.DictReader(metrics.open()) if r.get("rollouts/generated")]
@@ -119,9 +119,10 @@ def test_a_benchmark_override_layers_on_the_method_config_and_changes_its_settin
     # budget.yaml repeats the override's callbacks (the last layer's list), then appends the benchmark's
     import yaml
 
-    clock, *callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
-    assert clock == {"class_path": "lit_rlvr.critical_batch.cpu_clock.CpuClock"}  # first: the step's CPU seconds
-    assert callbacks[0]["init_args"] == {"detect_tokens": 4, "cold_start_steps": 3}
+    override_cb, clock, *callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
+    assert override_cb["init_args"] == {"detect_tokens": 4, "cold_start_steps": 3}  # the method's list first, as a prefix
+    assert clock == {"class_path": "lit_rlvr.critical_batch.cpu_clock.CpuClock"}  # then the step's CPU seconds
+    callbacks = [override_cb] + callbacks
     assert [c["class_path"].rsplit(".", 1)[1] for c in callbacks[1:]] == ["SelectionTimer", "RolloutEval", "RolloutBudget", "SelectionRecorder"]
     assert callbacks[2]["init_args"] == {"every_n_rollouts": 64, "prompts": ["train", "val"]}
     args.eval_prompts = ["val"]
@@ -154,7 +155,7 @@ def test_a_variant_layers_its_own_file_after_the_method_and_its_override(tmp_pat
     rd, argv, _ = bench._fit_args(args, "leeps+refresh5", 0, None)
     assert rd.name == "leeps+refresh5_seed0" and str(variant) in argv
     callbacks = yaml.safe_load((rd / "budget.yaml").read_text())["trainer"]["callbacks"]
-    assert callbacks[1] == {"class_path": "lit_rlvr.callbacks.LEEPS", "init_args": {"refresh_every": 5}}  # after CpuClock
+    assert callbacks[0] == {"class_path": "lit_rlvr.callbacks.LEEPS", "init_args": {"refresh_every": 5}}
     with pytest.raises(SystemExit, match="unknown strategy"):
         bench.method_configs(str(config), "nope+x")
 
@@ -167,3 +168,21 @@ def test_report_defaults_to_the_strategies_that_have_result_files(tmp_path):
     # the default set's order first (grpo before vigor), then the others by name; each once
     assert bench.strategies_with_results(tmp_path) == ["grpo", "vigor", "grpo+g8", "pilot_commit"]
     assert bench.strategies_with_results(tmp_path / "empty") == []
+
+
+def test_budget_yaml_passes_the_allocator_check_for_every_allocator_method(tmp_path):
+    # lit-rlvr refuses two config files whose callback lists both hold an allocator unless the later repeats the
+    # earlier as its prefix: budget.yaml must (a CpuClock put first broke it for VIGOR, Dynamic Sampling, Pilot-Commit)
+    import argparse
+
+    from lit_rlvr.config_checks import method_config_notices
+
+    bench = _bench_module()
+    config = ROOT / "configs" / "bench" / "smollm2_mixed.yaml"
+    for strategy in ("dynamic_sampling+b2", "vigor+b2", "pilot_commit+b2", "greso", "mopps+b2"):
+        args = argparse.Namespace(config=str(config), budget=64, eval_every_rollouts=64, out=str(tmp_path / "runs"),
+                                  checkpoint_every=2, eval_prompts=["val"])
+        rd, argv, _ = bench._fit_args(args, strategy, 0, None)
+        files = [str(Path(a) if Path(a).is_absolute() else rd / a) for i, a in enumerate(argv) if i and argv[i - 1] == "--config"]
+        notices, error = method_config_notices(files)
+        assert error is None, (strategy, error)
