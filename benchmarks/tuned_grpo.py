@@ -141,22 +141,34 @@ def ratios(targets=(0.5, 0.6)) -> list[str]:
     return lines
 
 
-def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6)) -> list[str]:
+def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6), here: Path | None = None) -> list[str]:
     """Markdown: one row per 2-prompt cell in ``folder``, its rollouts to each target and × tuned GRPO's on its seed,
-    final held-out accuracy, steps, the fit's wall and CPU seconds and the load at its start and end."""
-    from lit_rlvr.bench.result_report import runs_from_results
+    final held-out accuracy, steps, the fit's wall and CPU seconds and the load at its start and end.
+
+    Tuned GRPO is the committed ``grpo+b2`` cell in ``folder`` (run on another machine), or, where ``here``
+    (default ``<folder>_cpu``) holds that seed's re-run on this machine with the CPU clock, the re-run.
+    """
+    from lit_rlvr.bench.result_report import honest_seconds_to_target, runs_from_results
     from lit_rlvr.curves import accuracy_curve, rollouts_to_target
 
     runs = runs_from_results(folder)
     tuned = {r.seed: r for r in runs if r.strategy == "grpo+b2"}
+    here = Path(f"{folder}_cpu") if here is None else here
+    if here.is_dir():
+        tuned.update({r.seed: r for r in runs_from_results(here) if r.strategy == "grpo+b2"})
 
     def to(run, t):
         x, y, _ = accuracy_curve(run, "heldout_prompts/pass@1")
         return rollouts_to_target(x, y, t) if len(x) else math.nan
 
     head = " | ".join(f"to {t:.2f} (× tuned)" for t in targets)
-    lines = [f"| cell | {head} | held-out at the end | steps | wall s | CPU s | load start → end (1 min) |",
-             "|---|" + "---:|" * (len(targets) + 5)]
+    head_cpu = " | ".join(f"CPU s to {t:.2f} (× tuned)" for t in targets)
+    lines = [f"| cell | {head} | {head_cpu} | held-out at the end | steps | wall s | CPU s | load start → end (1 min) |",
+             "|---|" + "---:|" * (2 * len(targets) + 5)]
+
+    def cpu_to(run, t):  # CPU seconds of the training steps to the target; NaN without the clock
+        v, kind = honest_seconds_to_target(run, t, "heldout_prompts/pass@1")
+        return v if kind == "CPU" else math.nan
     for r in sorted(runs, key=lambda r: (r.strategy, int(r.seed))):
         if r.strategy in ("grpo", "grpo+b2"):
             continue
@@ -165,6 +177,9 @@ def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6)) -> li
         for t in targets:
             v, ref = to(r, t), to(tuned[r.seed], t) if r.seed in tuned else math.nan
             reach.append("not reached" if not math.isfinite(v) else f"{v:,.0f} ({v / ref:.2f})" if math.isfinite(ref) else f"{v:,.0f}")
+        for t in targets:
+            v, ref = cpu_to(r, t), cpu_to(tuned[r.seed], t) if r.seed in tuned else math.nan
+            reach.append("–" if not math.isfinite(v) else f"{v:,.0f} ({v / ref:.2f})" if math.isfinite(ref) else f"{v:,.0f}")
         final = accuracy_curve(r, "heldout_prompts/pass@1")[1][-1]
         cpu = res.get("cpu_seconds")
         load = (f"{res['load_start'][0]:.1f} → {res['load_end'][0]:.1f}" if res.get("load_start") and res.get("load_end") else "–")

@@ -60,5 +60,5 @@ def test_cells_pair_each_2_prompt_cell_with_tuned_grpo_on_its_seed(tmp_path):
     write_result(tmp_path, result("grpo+b2", [0.1, 0.3, 0.5, 0.6]))  # 0.50 at 128, 0.60 at 192
     write_result(tmp_path, result("dps+b2", [0.1, 0.5, 0.55, 0.55], cpu=42.0))  # 0.50 at 64, 0.60 never
     lines = load_benchmark("tuned_grpo").cells(tmp_path)
-    assert lines[2] == "| dps+b2, seed 0 | 64 (0.50) | not reached | 0.550 | 9 | 100 | 42 | 1.0 → 2.0 |"
+    assert lines[2] == "| dps+b2, seed 0 | 64 (0.50) | not reached | – | – | 0.550 | 9 | 100 | 42 | 1.0 → 2.0 |"
     assert len(lines) == 3  # tuned GRPO is the reference, not a row
