@@ -25,12 +25,14 @@ log = logging.getLogger(__name__)
 
 def resume_advice(where: str) -> str:
     """What to resume from, given ``last_good_checkpoint``'s words: never the suspect file it may name."""
+    branch = (" A checkpoint older than the run's newest resumes into a new run: add --trainer.default_root_dir "
+              "<another folder> (lit_rlvr.resumes).")
     if where.startswith("last good checkpoint"):
-        return "Resume from it or an earlier one, perhaps with a lower learning rate."
+        return "Resume from it or an earlier one, perhaps with a lower learning rate." + branch
     if "is suspect" in where:
         return ("Do not resume from the suspect checkpoint: resume from an earlier one, or start over, perhaps with a "
-                "lower learning rate.")
-    return "Resume from an earlier checkpoint or start over, perhaps with a lower learning rate."
+                "lower learning rate." + branch)
+    return "Resume from an earlier checkpoint or start over, perhaps with a lower learning rate." + branch
 
 
 class NonFiniteError(RuntimeError):
