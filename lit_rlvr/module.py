@@ -30,7 +30,7 @@ from lit_rlvr.selection import (
 from lit_rlvr.data.lengths import check_prompt_lengths
 from lit_rlvr.guards import NonFiniteGuard, RewardFailureGuard
 from lit_rlvr.losses import overlong_penalty
-from lit_rlvr.policy import PolicyConfig
+from lit_rlvr.policy import PolicyConfig, eval_mode
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.preemption import abandonable
 from lit_rlvr.rewards import RewardFunction
@@ -169,12 +169,9 @@ class GRPOModule(PolicyModule):
         """[m, L] float32 (CPU) log π(y_t|x, y_<t) under the current policy at the rollout temperature
         (``SelectionHost``): no-grad forwards in eval mode, in the loss's micro-batches."""
         t = pack_sequences([list(p) for p in prompts], [list(c) for c in completions], self._pad_id)
-        size, temperature, was_training = self.loss_settings.micro_batch_size, self.rollout_settings.temperature, self.policy.training
-        self.policy.eval()
-        try:
+        size, temperature = self.loss_settings.micro_batch_size, self.rollout_settings.temperature
+        with eval_mode(self.policy):
             return torch.cat([policy_logprobs(self.policy, mb.to(self.device), temperature).float().cpu() for mb in t.micro_batches(size)])
-        finally:
-            self.policy.train(was_training)
 
     def _selectors(self, kind: type) -> list[Any]:
         return [cb for cb in self.trainer.callbacks if isinstance(cb, kind)] if self._trainer else []

@@ -20,6 +20,7 @@ Tokenizers pad on the left (batched generation) and always have a pad token (EOS
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import logging
@@ -29,11 +30,22 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` in eval mode inside the block, back in the mode it was in after it (an error included)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 SMOLLM2_NAME = "smollm2-135m-instruct"
 """``PolicyConfig.name_or_path`` of the packaged offline default model."""

@@ -225,3 +225,19 @@ def test_tiny_policy_never_dequantizes_smollm2(monkeypatch, tmp_path):
     assert not policy_mod.smollm2_cache_dir().exists()
     assert (policy_mod.smollm2_tokenizer_dir() / "tokenizer_config.json").is_file()
     assert load_tokenizer(TINY).get_vocab() == tok.get_vocab()  # the second load comes from that folder
+
+
+def test_eval_mode_restores_the_mode_it_found_even_on_an_error():
+    from lit_rlvr.policy import eval_mode
+
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5))
+    for start in (True, False):
+        model.train(start)
+        with eval_mode(model) as m:
+            assert m is model and not model.training
+        assert model.training is start
+    model.train(True)
+    with pytest.raises(ValueError):
+        with eval_mode(model):
+            raise ValueError("inside")
+    assert model.training

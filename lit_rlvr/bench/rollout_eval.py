@@ -32,6 +32,7 @@ import lightning.pytorch as pl
 import torch
 
 from lit_rlvr.accounting import cumulative_metrics
+from lit_rlvr.policy import eval_mode
 
 METRICS = {"train": "train_prompts/pass@1", "val": "heldout_prompts/pass@1"}
 """The logged metric of each prompt set."""
@@ -74,24 +75,22 @@ class RolloutEval(pl.Callback):
     def evaluate(self, trainer: pl.Trainer, pl_module: Any) -> dict[str, float]:
         """``{metric: greedy pass@1}`` for each prompt set."""
         datamodule = trainer.datamodule
-        was_training = pl_module.training
-        pl_module.eval()
         out = {}
-        for name in self.prompts:
-            records = datamodule.train_records[: self.train_limit] if name == "train" else datamodule.val_records
-            correct = []
-            for start in range(0, len(records), self.batch_size):
-                pool = datamodule.collate_val(list(records[start : start + self.batch_size]))
-                greedy, _ = pl_module.correctness(pool, sampled=False)  # [P]
-                correct.append(greedy)
-            out[METRICS[name]] = float(torch.cat(correct).mean()) if correct else float("nan")
-            parts = [(r.metadata or {}).get("part") for r in records]
-            if len(set(parts)) > 1 and None not in parts:  # a mix of parts: each part's own accuracy too
-                flat = torch.cat(correct)
-                for part in dict.fromkeys(parts):
-                    mask = torch.tensor([p == part for p in parts])
-                    out[f"{METRICS[name]}/{part}"] = float(flat[mask].mean())
-        pl_module.train(was_training)
+        with eval_mode(pl_module):
+            for name in self.prompts:
+                records = datamodule.train_records[: self.train_limit] if name == "train" else datamodule.val_records
+                correct = []
+                for start in range(0, len(records), self.batch_size):
+                    pool = datamodule.collate_val(list(records[start : start + self.batch_size]))
+                    greedy, _ = pl_module.correctness(pool, sampled=False)  # [P]
+                    correct.append(greedy)
+                out[METRICS[name]] = float(torch.cat(correct).mean()) if correct else float("nan")
+                parts = [(r.metadata or {}).get("part") for r in records]
+                if len(set(parts)) > 1 and None not in parts:  # a mix of parts: each part's own accuracy too
+                    flat = torch.cat(correct)
+                    for part in dict.fromkeys(parts):
+                        mask = torch.tensor([p == part for p in parts])
+                        out[f"{METRICS[name]}/{part}"] = float(flat[mask].mean())
         return out
 
     def _evaluate_and_log(self, trainer: pl.Trainer, pl_module: Any, step: int) -> None:

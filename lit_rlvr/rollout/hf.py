@@ -55,7 +55,7 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 
 from lit_rlvr.collate import left_pad
-from lit_rlvr.policy import pad_token_id
+from lit_rlvr.policy import eval_mode, pad_token_id
 from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
 from lit_rlvr.rollout.decode import decode, decoder_module, decoder_output
 from lit_rlvr.rollout.gen_model import GENERATION_DTYPES, GenerationModel, resolve_generation_dtype
@@ -291,10 +291,8 @@ class HFEngine:
             device.type == "cuda"
         ) else []
 
-        was_training = self.model.training
-        self.model.eval()
         try:
-            with torch.no_grad(), torch.random.fork_rng(
+            with eval_mode(self.model), torch.no_grad(), torch.random.fork_rng(
                 devices=rng_devices, enabled=sampling.seed is not None
             ):
                 if sampling.seed is not None:
@@ -315,7 +313,6 @@ class HFEngine:
                 for _ in range(spare):
                     self._generate_batch([[self.pad_token_id]], sampling, device, lockstep)
         finally:
-            self.model.train(was_training)
             reshard(self.model)  # FSDP2 keeps the root's gathered weights after a forward; free them
 
         for r, (i, _) in enumerate(rows):

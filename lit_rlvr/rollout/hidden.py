@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from lit_rlvr.collate import left_pad
+from lit_rlvr.policy import eval_mode
 
 
 @torch.no_grad()
@@ -20,10 +21,8 @@ def last_hidden_states(model: Any, contexts: Sequence[Sequence[int]], pad_id: in
     """[n, H] float32 (CPU) states (``hidden_states[layer]``, -1: the last layer) at each context's last
     token; batched, left-padded."""
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     out = []
-    try:
+    with eval_mode(model):
         for start in range(0, len(contexts), batch_size):
             ids, mask = left_pad([list(c) for c in contexts[start : start + batch_size]], pad_id)  # [b, L]
             positions = (mask.cumsum(-1) - 1).clamp_(min=0)  # [b, L]
@@ -31,8 +30,6 @@ def last_hidden_states(model: Any, contexts: Sequence[Sequence[int]], pad_id: in
                 input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device), output_hidden_states=True
             )
             out.append(result.hidden_states[layer][:, -1, :].float().cpu())  # left padding: the last column is real
-    finally:
-        model.train(was_training)
     return torch.cat(out) if out else torch.zeros(0, 0)
 
 
@@ -57,15 +54,11 @@ def final_token_states(
     """[n, H] float32 (CPU) ``hidden_states[layer]`` at each row's last token; batched, right-padded, in
     eval mode (LEEPS's prompt embeddings). ``device``: where the inputs go (default: the first parameter's)."""
     device = device if device is not None else next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     out = []
-    try:
+    with eval_mode(model):
         for start in range(0, len(rows), batch_size):
             ids, mask, last = right_padded(rows[start : start + batch_size], pad_id)  # [b, L], [b, L], [b]
             result = model(input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True)
             hidden = result.hidden_states[layer]  # [b, L, H]
             out.append(hidden[torch.arange(len(ids)), last.to(hidden.device)].float().cpu())
-    finally:
-        model.train(was_training)
     return torch.cat(out) if out else torch.zeros(0, 0)
