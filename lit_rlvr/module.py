@@ -37,7 +37,6 @@ from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rewards.workers.settings import RewardSandbox
 from lit_rlvr.settings import EvalSettings, LossSettings, NoiseScaleSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.rollout.revise import revise
-from lit_rlvr.seeds import derive_seed
 from lit_rlvr.sharding import ShardingSettings, in_lockstep
 from lit_rlvr.types import PromptPool, RolloutBatch, RolloutStats, StepContext
 from lit_rlvr.update import Updater
@@ -197,23 +196,9 @@ class GRPOModule(PolicyModule):
             return revise(next(iter(self._selectors(GroupReviser)), None), self._trainer, self, batch, stats), stats
 
     def _prompt_drawer(self, pool: PromptPool, rank: int) -> Optional[Callable[[int], PromptPool]]:
-        """Fresh prompts for allocators that refill (Dynamic Sampling), None when the data module cannot draw.
-
-        Deterministic in (seed, step, rank, prompts so far), and never a prompt of this step already.
-        """
+        """Fresh prompts for allocators that refill (Dynamic Sampling), None when the data module cannot draw."""
         datamodule = getattr(self.trainer, "datamodule", None)
-        if not hasattr(datamodule, "draw"):
-            return None
-        step, used = self.steps_done, [pool.ids.clone()]
-
-        def draw(n: int) -> PromptPool:
-            exclude = torch.cat(used)
-            n = min(n, datamodule.num_train - len(torch.unique(exclude)))
-            fresh = datamodule.draw(n, key=derive_seed("draw", step=step, rank=rank, drawn=len(exclude)), exclude=exclude)
-            used.append(fresh.ids)
-            return fresh
-
-        return draw
+        return datamodule.refill_drawer(pool.ids, self.steps_done, rank) if hasattr(datamodule, "refill_drawer") else None
 
     def _any_rank(self, flag: bool) -> bool:
         return self._sum_over_ranks([float(flag)])[0] > 0

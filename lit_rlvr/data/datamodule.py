@@ -49,13 +49,14 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rlvr.data.sources import PromptRecord, PromptSource
+from lit_rlvr.seeds import derive_seed
 from lit_rlvr.selection import data_order_generator
 from lit_rlvr.types import PromptPool
 
@@ -330,6 +331,20 @@ class PromptDataModule(L.LightningDataModule):
         perm = torch.randperm(self.num_train, generator=g).tolist()
         ids = [i for i in perm if i not in excluded][:n]
         return self._collate([self.train_records[i] for i in ids], batch_size=n)
+
+    def refill_drawer(self, pool_ids: torch.Tensor, step: int, rank: int) -> Callable[[int], PromptPool]:
+        """``draw(n)``: ``n`` fresh train prompts for an allocator that refills (Dynamic Sampling), never one of
+        the step's pool [P] or drawn before in the step; deterministic in (seed, step, rank, prompts so far)."""
+        used = [pool_ids.clone()]
+
+        def draw(n: int) -> PromptPool:
+            exclude = torch.cat(used)
+            n = min(n, self.num_train - len(torch.unique(exclude)))
+            fresh = self.draw(n, key=derive_seed("draw", step=step, rank=rank, drawn=len(exclude)), exclude=exclude)
+            used.append(fresh.ids)
+            return fresh
+
+        return draw
 
     # ---------------------------------------------------------------- collate
     def messages_for(self, question: str) -> list[dict[str, str]]:
