@@ -17,10 +17,13 @@ per-call ``cpu_s`` in a reward worker's reply (``lit_rlvr.rewards.workers.protoc
 inside; it is not used because the caller does not keep it. Off Linux (no ``/proc``): this process and its
 waited-for children only.
 
-``CpuClock`` logs ``time/cpu_s``: the CPU seconds of each training step, from its first
-``on_train_batch_start`` hook to its own ``on_train_batch_end`` (list it first in ``trainer.callbacks``, so
-the step's selection hooks are inside and the benchmark's evaluations, which run in later callbacks'
-``on_train_batch_end``, are not): the CPU counterpart of the wall ``time/rollout_s + reward_s + update_s``.
+``CpuClock`` logs ``time/cpu_s``: the CPU seconds of each training step, from its ``on_train_batch_start``
+hook to its ``on_train_batch_end``: the CPU counterpart of the wall ``time/rollout_s + reward_s + update_s``.
+List it after the method's own callbacks (the config check wants a method's callbacks first, so a clock
+listed first makes ``lit-rlvr fit`` refuse VIGOR and Dynamic Sampling) and before any evaluation callback
+(whose ``on_train_batch_end`` then falls outside): the rollout, reward and update are inside; the
+pre-rollout selectors' own ``on_train_batch_start`` hooks, which run before it, are not (the benchmark times
+them separately). ``lit-rlvr calibrate`` appends it to the user's callbacks.
 """
 
 from __future__ import annotations
