@@ -141,8 +141,9 @@ def method_config_notices(config_files: Sequence[Any]) -> tuple[list[str], Optio
 
 def _callbacks_of(path: Any) -> Optional[list[str]]:
     """The class paths under ``trainer.callbacks`` of one config file; None if it sets none."""
+    absolute = getattr(path, "absolute", None)  # jsonargparse's Path: a string; pathlib's: a method
     try:
-        with open(getattr(path, "absolute", None) or os.fspath(path)) as f:
+        with open(absolute if isinstance(absolute, str) else os.fspath(path)) as f:
             doc = yaml.safe_load(f)
     except (OSError, yaml.YAMLError, TypeError):
         return None

@@ -215,3 +215,15 @@ def test_a_named_subcommand_builds_only_its_own_parser(capsys, monkeypatch):
     assert built == [["fit"], ["predict"], ["fit", "predict", "test", "validate"]]
     out = capsys.readouterr().out
     assert out.count("model:") >= 2 and "{fit,validate,test,predict}" in out
+
+
+def test_a_method_config_is_read_whether_named_by_string_or_path():
+    """config_checks reads a config's callbacks from a str, a pathlib.Path (whose .absolute is a method) or
+    jsonargparse's Path alike (a pathlib.Path was silently skipped)."""
+    from pathlib import Path
+
+    from lit_rlvr.config_checks import _callbacks_of
+
+    vigor = ROOT / "configs" / "methods" / "vigor.yaml"
+    assert _callbacks_of(vigor) == _callbacks_of(str(vigor)) == ["lit_rlvr.callbacks.VIGOR"]
+    assert isinstance(vigor, Path)
