@@ -15,6 +15,8 @@ def assert_same(a, b, path="state"):
         assert len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b)):
             assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        assert torch.equal(a, b), path  # any dtype (bfloat16 has no numpy counterpart)
     elif isinstance(a, (torch.Tensor, np.ndarray)):
         assert np.array_equal(np.asarray(a), np.asarray(b)), path
     else:

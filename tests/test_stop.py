@@ -2,7 +2,6 @@
 and a reward that fails or times out on every call. All through the real command line."""
 
 import glob
-import math
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 from lit_rlvr.guards import RewardFailureGuard
+from tests.assertions import assert_same
 from tests.test_module import ROOT, TINY, _metrics
 
 CUE = "sleepy reward: sleeping"
@@ -77,24 +77,6 @@ class _Run:
         return "".join(self.lines)
 
 
-def _same(a, b, where: str = "") -> None:
-    """Recursive equality of checkpoint contents (tensors and arrays exactly)."""
-    if isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
-        for k in a:
-            _same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            _same(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, float) and math.isnan(a):
-        assert isinstance(b, float) and math.isnan(b), f"{where}: nan != {b!r}"  # e.g. a not-yet-measured estimate
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
 @pytest.mark.integration
 def test_sigterm_during_a_hanging_reward_saves_the_last_step_at_once_and_resumes(tmp_path):
     config = _reward_config(tmp_path, "sleeps_after_step_1", workers=1, timeout_s=120)
@@ -115,7 +97,7 @@ def test_sigterm_during_a_hanging_reward_saves_the_last_step_at_once_and_resumes
     # the periodic save carries step 1's metrics row, which Lightning logs just after it (lit_rlvr.step_files);
     # by the signal that row was logged, so the save on the signal carries none
     assert after_step_1["lit_rlvr"].pop("unlogged_row")["step"] == 0 and "unlogged_row" not in saved["lit_rlvr"]
-    _same(saved, after_step_1)
+    assert_same(saved, after_step_1, "checkpoint")
     assert len(_metrics(str(tmp_path / "runs" / "tiny"))) == 1  # step 2 was not trained on, nor logged
 
     # the resumed run scores step 2 with the same function minus the sleep (a fresh process, as after a preemption)
