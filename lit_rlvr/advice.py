@@ -6,7 +6,9 @@ run are candidates, each with the exact setting to add to the run's command:
 
 - GRPO at half / a quarter of the prompt batch: ``--data.batch_size=N``;
 - refilling every step to B informative groups: Dynamic Sampling's method config;
-- history-based skipping at this run's rollout budget: GRESO without refill's config.
+- history-based skipping at this run's rollout budget: GRESO without refill's config;
+- GRPO at half / a quarter of the group size (runs with ``model.noise_scale.split_groups``):
+  ``--model.rollout.num_generations=G``.
 
 Perfect pre-selection (f -> 1) is a bound no method reaches: context, never the advice. The call:
 
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from lit_rlvr.group_file import RunFacts
-from lit_rlvr.levers import LeverPrediction, RunNoise, lever_predictions, unmeasured_reason
+from lit_rlvr.levers import GroupSizes, LeverPrediction, RunNoise, lever_predictions, unmeasured_reason
 
 __all__ = ["REFILL_CONFIG", "HISTORY_CONFIG", "Advice", "run_advice", "setting"]
 
@@ -41,8 +43,14 @@ REFILL_CONFIG = "configs/methods/dynamic_sampling.yaml"
 HISTORY_CONFIG = "configs/bench/smollm2_mixed_methods/greso+skip.yaml"
 
 
-def setting(pred: LeverPrediction, batch: Optional[float]) -> Optional[str]:
-    """The exact setting that runs ``pred``'s lever, at the prompt batch ``batch``; None for a bound or where none exists."""
+def setting(pred: LeverPrediction, batch: Optional[float], group_size: Optional[int] = None) -> Optional[str]:
+    """The exact setting that runs ``pred``'s lever, at the prompt batch ``batch`` and group size ``group_size``;
+    None for a bound or where none exists."""
+    if pred.kind in ("half_group", "quarter_group"):
+        if group_size is None:
+            return None
+        new = group_size // (2 if pred.kind == "half_group" else 4)
+        return f"--model.rollout.num_generations={new}" if new >= 2 else None
     if pred.kind in ("half", "quarter"):
         if batch is None:
             return None
@@ -62,17 +70,18 @@ class Advice:
 
 
 def run_advice(noise: Optional[RunNoise], history_f: Optional[float] = None, facts: RunFacts = RunFacts(),
-               history_note: Optional[str] = None) -> Advice:
-    """The advice from the run's noise scale, its history-based f' and its facts (``history_note``: why f' is missing)."""
+               history_note: Optional[str] = None, groups: Optional[GroupSizes] = None) -> Advice:
+    """The advice from the run's noise scale, its history-based f' and its facts (``history_note``: why f' is missing;
+    ``groups``: the recorded groups' sizes, for the group-size lever)."""
     context = [f"history-based skipping: not judged: {history_note}"] if history_note else []
     if noise is None:
         return Advice("undecided", "undecided: no noise-scale metrics in this run (model.noise_scale.enabled was off), "
                       "so no lever can be predicted", context)
     if not math.isfinite(noise.b_noise):
         return Advice("undecided", f"undecided: the critical batch was not measured: {unmeasured_reason(noise)}", context)
-    preds = lever_predictions(noise, history_f)
+    preds = lever_predictions(noise, history_f, groups)
     batch = noise.batches[-1] if noise.batches else facts.batch_size
-    runnable = [(p, setting(p, batch)) for p in preds if p.kind != "bound"]
+    runnable = [(p, setting(p, batch, groups.size if groups else None)) for p in preds if p.kind != "bound"]
     runnable = [(p, s) for p, s in runnable if s is not None]
     context += [f"bound (no method reaches it): {p.describe()}" for p in preds if p.kind == "bound"]
     if not runnable:

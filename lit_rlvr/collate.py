@@ -50,6 +50,9 @@ class TrainingTensors:
     """[N, L] float32 log π_ref (KL on), filled before the update."""
     units: Optional[torch.Tensor] = None
     """[N] int64 each row's prompt group (the noise scale's unit; ``collate_rollouts`` sets it)."""
+    halves: Optional[torch.Tensor] = None
+    """[N] int64 0 or 1: the row's half of its group (its rank among the group's rows, even or odd; the noise
+    scale's within-group split)."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -125,7 +128,18 @@ def collate_rollouts(batch: RolloutBatch, rows: torch.Tensor, pad_id: int, mask_
     if batch.advantages is not None:
         tensors.advantages = batch.advantages[rows].float()
     tensors.units = batch.prompt_index[rows].long()
+    tensors.halves = halves_of(tensors.units)
     return tensors
+
+
+def halves_of(units: torch.Tensor) -> torch.Tensor:
+    """[N] -> [N] int64: each row's rank among the rows of its unit, mod 2 (the group's even and odd rollouts)."""
+    seen: dict[int, int] = {}
+    ranks = []
+    for u in units.tolist():
+        ranks.append(seen.get(u, 0))
+        seen[u] = ranks[-1] + 1
+    return torch.tensor(ranks, dtype=torch.long) % 2
 
 
 def policy_logprobs(model: torch.nn.Module, t: TrainingTensors, temperature: float = 1.0) -> torch.Tensor:

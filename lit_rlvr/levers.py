@@ -12,6 +12,12 @@ groups generated, E / f. As multiples of this run's rollouts to its final accura
   gradient, 1/f generated per informative group kept; Dynamic Sampling, GRESO's fill): (1 + x/f) / (1 + x)
 - pre-selection at this run's rollout budget raising f to f'
   (the batch now holds f'/f times the informative groups):    (f/f') (1 + x f'/f) / (1 + x)
+- GRPO at 1/k of the group size G (with ``model.noise_scale.split_groups``):
+                                                                (1/k) (x + (1 + (k-1) w) f/f_k) / (1 + x)
+  where w is the within-group share of the noise (from each group's two halves' gradients): a group of G/k
+  rollouts carries k times the within-group variance and the same between-prompt variance; f_k is the
+  informative share groups of G/k would have had, from the recorded groups (the chance that G/k of a group's
+  G rollouts, drawn without replacement, are neither all right nor all wrong).
 
 f' for pre-selection is what skipping every prompt that was zero-variance at its previous visit
 would leave (from the run's groups.csv; ``history_f``), and 1 (a perfect selector) as a bound.
@@ -25,12 +31,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from lit_rlvr.critical_batch.run_noise_scale import run_noise_scale
+from lit_rlvr.critical_batch.run_noise_scale import ratio_of_sums, run_noise_scale
 
-__all__ = ["LeverPrediction", "RunNoise", "critical_batch_line", "lever_predictions", "lever_page_section", "run_noise",
-           "smaller_batch", "refill", "preselect", "unmeasured_reason"]
+__all__ = ["GroupSizes", "LeverPrediction", "RunNoise", "critical_batch_line", "group_sizes", "lever_predictions",
+           "lever_page_section", "run_noise", "smaller_batch", "smaller_group", "refill", "preselect",
+           "unmeasured_reason"]
 
 Z95 = 1.96
 
@@ -50,6 +57,45 @@ def preselect(x: float, f: float, f_new: float) -> float:
     return (f / f_new) * (1 + x * f_new / f) / (1 + x)
 
 
+def smaller_group(x: float, k: float, within: float, share_ratio: float) -> float:
+    """Rollouts at 1/k of the group size, as a multiple of this run's: ``within`` the within-group share of the
+    noise, ``share_ratio`` f / f_k (the informative share now over the one at G/k)."""
+    return (x + (1 + (k - 1) * within) * share_ratio) / (k * (1 + x))
+
+
+@dataclass
+class GroupSizes:
+    """What the group-size lever needs from the recorded groups: the run's G and f / f_k per divisor k."""
+
+    size: int
+    share_ratio: dict[int, float]
+
+
+def subgroup_share(groups: Sequence[Any], m: int) -> float:
+    """The informative share groups of m rollouts would have had: per recorded group of n with c correct, the chance
+    that m of its rollouts drawn without replacement are mixed, 1 − C(c, m)/C(n, m) − C(n − c, m)/C(n, m)."""
+    shares = [1 - (math.comb(g.correct, m) + math.comb(g.n - g.correct, m)) / math.comb(g.n, m) for g in groups]
+    return sum(shares) / len(shares) if shares else math.nan
+
+
+def group_sizes(groups: Sequence[Any], divisors: Sequence[int] = (2, 4)) -> Optional[GroupSizes]:
+    """``GroupSizes`` from ``groups.csv``'s records; None where the lever cannot be priced: no records, groups of
+    unequal size, or a reward whose variance the correct count does not decide (a group is informative exactly when
+    0 < correct < n only if the accuracy reward is the whole reward)."""
+    if not groups:
+        return None
+    sizes = {g.n for g in groups}
+    if len(sizes) != 1:
+        return None
+    if any((g.reward_min < g.reward_max) != (0 < g.correct < g.n) for g in groups):
+        return None
+    size = sizes.pop()
+    f = subgroup_share(groups, size)
+    ratios = {k: f / subgroup_share(groups, size // k) for k in divisors
+              if size % k == 0 and size // k >= 2 and subgroup_share(groups, size // k) > 0}
+    return GroupSizes(size, ratios) if ratios else None
+
+
 @dataclass
 class RunNoise:
     """The run's noise-scale numbers: B_noise (informative groups) with its error, B, f, x."""
@@ -64,6 +110,9 @@ class RunNoise:
     batches: tuple[float, ...] = ()
     """The prompt batches a batch controller (``AdaptiveBatch``, ``batch/prompts``) realised, step by step; empty
     when the batch was fixed. When it varied, ``informative_per_step`` is that of the steps at the last batch."""
+    within_share: float = math.nan
+    """w: the within-group share of the informative set's tr Σ over the run (NaN without the split)."""
+    within_share_se: float = math.nan
 
     @property
     def x(self) -> float:
@@ -98,10 +147,13 @@ def run_noise(rows: Sequence[dict[str, float]]) -> Optional[RunNoise]:
         per_step = sum(settled) / len(settled)
     else:
         batches = ()
+    within, within_se = ratio_of_sums([(h.get("trace_within_informative", math.nan), h["trace_informative"])
+                                       for h in history])
     return RunNoise(
         b_noise=b, b_noise_se=se, informative_per_step=per_step, share=inf / groups if groups else math.nan,
         steps=len(steps), b_noise_all=run_noise_scale(history, "all")[0],
         b_noise_adam=run_noise_scale(history, "informative_adam")[0], batches=batches,
+        within_share=within, within_share_se=within_se,
     )
 
 
@@ -114,7 +166,8 @@ class LeverPrediction:
     low: float
     high: float
     kind: str = ""
-    """``half``, ``quarter``, ``refill``, ``history`` (levers a run can take) or ``bound`` (perfect pre-selection)."""
+    """``half``, ``quarter``, ``refill``, ``history``, ``half_group``, ``quarter_group`` (levers a run can take) or
+    ``bound`` (perfect pre-selection)."""
 
     @property
     def call(self) -> str:
@@ -135,29 +188,38 @@ class LeverPrediction:
         return f"{self.lever} {self.ratio:.2f}x {self.interval()}"
 
 
-def lever_predictions(noise: RunNoise, history_f: Optional[float] = None) -> list[LeverPrediction]:
-    """Each lever's prediction (GRPO at B/2 and B/4, refill, pre-selection by history and perfect)."""
+def lever_predictions(noise: RunNoise, history_f: Optional[float] = None,
+                      groups: Optional[GroupSizes] = None) -> list[LeverPrediction]:
+    """Each lever's prediction (GRPO at B/2 and B/4, refill, pre-selection by history and perfect, and with the
+    within-group split and ``groups``, GRPO at G/2 and G/4)."""
     x, f = noise.x, noise.share
     lo_x, hi_x = noise.x_range()
     out: list[LeverPrediction] = []
 
-    def add(name: str, kind: str, fn) -> None:
-        if math.isnan(lo_x) or math.isnan(hi_x):  # B_noise's error unavailable: no interval
-            out.append(LeverPrediction(name, fn(x), math.nan, math.nan, kind))
+    def add(name: str, kind: str, fn, extra: Sequence[float] = (0.0,)) -> None:
+        """``fn(x, e)`` over x's interval and each ``extra`` value (a second uncertain input's ends)."""
+        if math.isnan(lo_x) or math.isnan(hi_x) or not all(math.isfinite(e) for e in extra):  # no interval
+            out.append(LeverPrediction(name, fn(x, extra[len(extra) // 2]), math.nan, math.nan, kind))
             return
-        ends = sorted(fn(v) for v in (lo_x, hi_x) if math.isfinite(v))
-        if math.isinf(hi_x):
-            ends.append(fn(1e12))
-            ends.sort()
-        out.append(LeverPrediction(name, fn(x), ends[0], ends[-1], kind))
+        xs = [v for v in (lo_x, hi_x) if math.isfinite(v)] + ([1e12] if math.isinf(hi_x) else [])
+        ends = sorted(fn(v, e) for v in xs for e in extra)
+        out.append(LeverPrediction(name, fn(x, extra[len(extra) // 2]), ends[0], ends[-1], kind))
 
-    add("GRPO at half the prompt batch", "half", lambda v: smaller_batch(v, 2))
-    add("GRPO at a quarter of the prompt batch", "quarter", lambda v: smaller_batch(v, 4))
+    add("GRPO at half the prompt batch", "half", lambda v, _: smaller_batch(v, 2))
+    add("GRPO at a quarter of the prompt batch", "quarter", lambda v, _: smaller_batch(v, 4))
     if f < 1.0:
-        add("refill to B informative groups", "refill", lambda v: refill(v, f))
+        add("refill to B informative groups", "refill", lambda v, _: refill(v, f))
         if history_f is not None and math.isfinite(history_f) and history_f > f:
-            add(f"history-based skipping (f {f:.2f} -> {history_f:.2f})", "history", lambda v: preselect(v, f, history_f))
-        add(f"perfect pre-selection (f {f:.2f} -> 1)", "bound", lambda v: preselect(v, f, 1.0))
+            add(f"history-based skipping (f {f:.2f} -> {history_f:.2f})", "history", lambda v, _: preselect(v, f, history_f))
+        add(f"perfect pre-selection (f {f:.2f} -> 1)", "bound", lambda v, _: preselect(v, f, 1.0))
+    if groups is not None and math.isfinite(noise.within_share):
+        w, se = noise.within_share, noise.within_share_se
+        ws = (max(0.0, w - Z95 * se), w, min(1.0, w + Z95 * se)) if math.isfinite(se) else (math.nan, w, math.nan)
+        for k, kind, part in ((2, "half_group", "half"), (4, "quarter_group", "a quarter of")):
+            if k in groups.share_ratio:
+                r = groups.share_ratio[k]
+                add(f"GRPO at {part} the group size (G {groups.size} -> {groups.size // k}; within-group share "
+                    f"{w:.2f}, f x{1 / r:.2f})", kind, lambda v, e, k=k, r=r: smaller_group(v, k, e, r), ws)
     return out
 
 
@@ -179,28 +241,38 @@ def unmeasured_reason(noise: RunNoise) -> str:
             f"the gradient signal |G|^2 summed to <= 0 over {noise.steps} steps (noise dominates: far below the critical batch)")
 
 
+def _within_note(noise: RunNoise) -> str:
+    """With the within-group split: the within-group share of the noise, with its error."""
+    if not math.isfinite(noise.within_share):
+        return ""
+    se = f" +- {noise.within_share_se:.2f}" if math.isfinite(noise.within_share_se) else ""
+    return f" Within-group share of the noise w = {noise.within_share:.2f}{se} (the rest is between prompts)."
+
+
 def critical_batch_line(noise: RunNoise) -> str:
     """The summary's one line on the critical batch (B_noise, its error, x)."""
     se = f" +- {noise.b_noise_se:.1f}" if math.isfinite(noise.b_noise_se) else " (standard error n/a)"
     return (f"B_noise {noise.b_noise:.1f}{se} informative groups over {noise.steps} steps; this run trained on "
-            f"{noise.informative_per_step:.1f} per step (f = {noise.share:.2f}): x = {noise.x:.2f}" + _batches_note(noise))
+            f"{noise.informative_per_step:.1f} per step (f = {noise.share:.2f}): x = {noise.x:.2f}" + _batches_note(noise)
+            + (f"; within-group share w = {noise.within_share:.2f}" if math.isfinite(noise.within_share) else ""))
 
 
-def lever_page_section(noise: Optional[RunNoise], history_f: Optional[float] = None) -> list[str]:
+def lever_page_section(noise: Optional[RunNoise], history_f: Optional[float] = None,
+                       groups: Optional[GroupSizes] = None) -> list[str]:
     """The report page's section on the critical batch and each lever's predicted saving (the table behind the verdict)."""
     head = ["## Each lever: the critical-batch model", ""]
     if noise is None:
         return head + ["n/a: this run's metrics have no noise-scale columns (model.noise_scale.enabled was off).", ""]
     if not math.isfinite(noise.b_noise):
         return head + [f"Not measured: {unmeasured_reason(noise)}.", ""]
-    preds = lever_predictions(noise, history_f)
+    preds = lever_predictions(noise, history_f, groups)
     se = (f"+- {noise.b_noise_se:.2f}" if math.isfinite(noise.b_noise_se) else
           "(its jackknife standard error could not be computed: a step's leave-one-out |G|^2 was <= 0, so every interval is n/a)")
     lines = head + [
         f"B_noise = {noise.b_noise:.2f} {se} informative groups (jackknife over {noise.steps} steps; "
         f"{_num(noise.b_noise_all)} in all groups; {_num(noise.b_noise_adam)} Adam-preconditioned). This run trained on "
         f"{noise.informative_per_step:.2f} informative groups per step, f = {noise.share:.3f}: x = {noise.x:.3f}"
-        + _batches_note(noise) + ".", "",
+        + _batches_note(noise) + "." + _within_note(noise), "",
         "| lever | predicted rollouts to this run's accuracy, x this run's | 95% interval | call |", "|---|---:|---:|---|",
     ]
     lines += [f"| {p.lever} | {p.ratio:.2f} | {p.interval().strip('[]')} | {'a bound, no method' if p.kind == 'bound' else p.call} |"

@@ -368,12 +368,14 @@ def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where
     """The summary's lines on where the rollouts went, the critical batch and the advice, from the run's files;
     ``lit-rlvr report`` prints the same lines. ``groups``: the run's ``groups.csv`` (None or missing: no records)."""
     from lit_rlvr.advice import run_advice
-    from lit_rlvr.levers import critical_batch_line, run_noise
+    from lit_rlvr.levers import critical_batch_line, group_sizes, run_noise
 
     noise = run_noise(rows) if rows else None
-    out, history_f, note = [], None, None
+    out, history_f, note, sizes = [], None, None, None
     if groups is not None and groups.is_file():
-        s = selection_stats(read_groups(groups))
+        records = read_groups(groups)
+        sizes = group_sizes(records)
+        s = selection_stats(records)
         s.num_train = read_facts(groups.parent).num_train
         p = f"{s.p_now_given_before:.2f}" if math.isfinite(s.p_now_given_before) else "n/a"
         out.append(f"  zero-variance groups  {s.zero_variance:.0%} of {s.rollouts} rollouts ({s.all_right:.0%} all right, "
@@ -381,7 +383,7 @@ def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where
         history_f, note = history_judgement(s)
     if noise is not None and math.isfinite(noise.b_noise):
         out.append(f"  critical batch        {critical_batch_line(noise)}")
-    advice = run_advice(noise, history_f, read_facts(groups.parent) if groups is not None else RunFacts(), note)
+    advice = run_advice(noise, history_f, read_facts(groups.parent) if groups is not None else RunFacts(), note, sizes)
     out.append(f"  advice                {advice.line}")
     out += [f"                        {c}" for c in advice.context]
     if where:
@@ -416,10 +418,11 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     groups = folder / FILE_NAME
     if not groups.is_file():
         raise FileNotFoundError(f"no {FILE_NAME} in {folder}: runs of lit-rlvr fit keep it there (GroupRecorder)")
-    from lit_rlvr.levers import lever_page_section, run_noise
+    from lit_rlvr.levers import group_sizes, lever_page_section, run_noise
 
     rows = read_run(metrics)
-    s, oracle = selection_stats(read_groups(groups)), oracle_ratio(rows)
+    records = read_groups(groups)
+    s, oracle = selection_stats(records), oracle_ratio(rows)
     s.num_train = read_facts(folder).num_train
     png = plot_report(s.epochs, _curves(rows), folder / REPORT_PNG)
     lines = [
@@ -457,7 +460,7 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
         "with reward variance): an oracle that never generated zero-variance groups makes the same updates, since "
         "those groups have zero advantage, up to the loss normaliser (their rows count in a token-mean's "
         "denominator) and the KL term.", "",
-        *lever_page_section(run_noise(rows), history_judgement(s)[0]),
+        *lever_page_section(run_noise(rows), history_judgement(s)[0], group_sizes(records)),
         f"![shares per epoch and accuracy against rollouts]({REPORT_PNG})", "",
     ]
     md = folder / REPORT_MD

@@ -102,6 +102,10 @@ class NoiseScaleSettings:
     Skipped, with one warning, under FSDP2 and with gradient checkpointing."""
     ema: float = 0.9
     """β of the bias-corrected moving averages of tr Σ and |G|² (about a 10-step memory)."""
+    split_groups: bool = False
+    """Also split the noise into its within-group part (each group's even and odd rollouts' gradients, differenced)
+    and the between-prompt rest: ``noise/B_within_*``, and the group-size lever in the summary and the report. The
+    per-group gradients' memory doubles (two halves a group); the training is unchanged."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ema < 1.0:

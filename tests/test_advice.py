@@ -72,19 +72,20 @@ def test_facts_round_trip(tmp_path):
     assert read_facts(tmp_path) == RunFacts(8, 1000) and read_facts(tmp_path / "none") == RunFacts()
 
 
-def _run_folder(folder: Path, g2s=(2.0, 3.0, 2.5, 2.0, 3.5, 2.5)):
+def _run_folder(folder: Path, g2s=(2.0, 3.0, 2.5, 2.0, 3.5, 2.5), within: bool = False):
     """A run's version folder: metrics with noise-scale columns over 6 steps (|G|^2 ``g2s``), 4 groups a step of 8
-    prompts, data.json."""
+    prompts, data.json; ``within``: the split's column too (a fifth of each step's tr Σ within groups)."""
     folder.mkdir(parents=True)
     cols = ["step", "noise/units_all", "noise/units_informative", "noise/g2_informative", "noise/trace_informative",
             "noise/g2_all", "noise/trace_all", "noise/g2_informative_adam", "noise/trace_informative_adam", "val/pass@1"]
+    cols += ["noise/trace_within_informative"] if within else []
     with open(folder / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
-        w.writerow([0] + [""] * 8 + [0.1])
+        w.writerow([0] + [""] * 8 + [0.1] + [""] * within)
         for step, g2 in enumerate(g2s):
-            w.writerow([step, 4, 2, g2, 20 + 4 * step, g2, 40, g2, 20, ""])
-        w.writerow([5] + [""] * 8 + [0.5])
+            w.writerow([step, 4, 2, g2, 20 + 4 * step, g2, 40, g2, 20, ""] + [(20 + 4 * step) / (5 + step % 2)] * within)
+        w.writerow([5] + [""] * 8 + [0.5] + [""] * within)
     with open(folder / "groups.csv", "w") as f:
         f.write(",".join(COLUMNS) + "\n")
         for step in range(6):
@@ -111,3 +112,17 @@ def test_the_summary_and_the_report_of_one_run_give_the_same_advice(tmp_path, ca
     page = (folder / "selection_report.md").read_text()
     assert all(line.strip() in page for line in shared)
     assert "nan" not in "\n".join(summary) and "family to try" not in page
+
+
+def test_with_the_split_the_group_size_lever_is_in_the_summary_and_the_report(tmp_path, capsys):
+    folder = tmp_path / "csv" / "version_0"
+    _run_folder(folder, within=True)
+    summary = end_of_fit_lines(SimpleNamespace(callbacks=[GroupRecorder(path=str(folder / "groups.csv"))]),
+                               read_run(folder / "metrics.csv"))
+    main(["report", str(tmp_path)])
+    printed = capsys.readouterr().out.splitlines()
+    shared = [line for line in summary if not line.startswith("  details")]
+    assert printed[-len(shared):] == shared
+    assert any("within-group share w = 0.1" in line for line in shared)
+    page = (folder / "selection_report.md").read_text()
+    assert "| GRPO at half the group size (G 4 -> 2" in page and "quarter the group size" not in page  # G/4 = 1

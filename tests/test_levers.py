@@ -76,3 +76,76 @@ def test_a_batch_controllers_realised_batches_set_x_at_the_batch_it_settled_on()
     assert "settled on (4 prompts; the controller's realised batches ranged 4-8" in critical_batch_line(noise)
     fixed = run_noise([{**r, "batch/prompts": 8.0} for r in rows])  # one batch throughout: the mean, as without it
     assert fixed.batches == () and fixed.informative_per_step == pytest.approx(15 / 5)
+
+
+# ------------------------------------------------------------------ the group-size lever
+
+def test_the_group_size_formula_at_its_limits():
+    from lit_rlvr.levers import smaller_group
+
+    # all noise between prompts, f unchanged: the same steps at half the rollouts a step
+    assert smaller_group(0.3, 2, 0.0, 1.0) == pytest.approx(0.5)
+    # all within groups, far below the critical batch (x -> 0): half the rollouts a step, twice the steps
+    assert smaller_group(1e-12, 2, 1.0, 1.0) == pytest.approx(1.0)
+    # far above it (x -> oo): steps do not grow, rollouts halve
+    assert smaller_group(1e12, 2, 1.0, 1.0) == pytest.approx(0.5)
+    # by hand: x = 0.5, k = 4, w = 0.3, f/f_4 = 1.25: (0.5 + 1.9 * 1.25) / (4 * 1.5) = 2.875 / 6
+    assert smaller_group(0.5, 4, 0.3, 1.25) == pytest.approx(2.875 / 6)
+
+
+class _G:
+    def __init__(self, n, correct, lo=None, hi=None):
+        self.n, self.correct = n, correct
+        self.reward_min = lo if lo is not None else (0.0 if correct < n else 1.0)
+        self.reward_max = hi if hi is not None else (1.0 if correct > 0 else 0.0)
+
+
+def test_the_informative_share_of_smaller_groups_is_drawn_without_replacement():
+    from lit_rlvr.levers import group_sizes, subgroup_share
+
+    # a group of 4 with 1 right: a pair is mixed unless it is the 3 wrong ones' pairs, 3 of C(4,2) = 6
+    assert subgroup_share([_G(4, 1)], 2) == pytest.approx(0.5)
+    assert subgroup_share([_G(4, 2)], 2) == pytest.approx(1 - 2 / 6)
+    assert subgroup_share([_G(4, 0), _G(4, 2)], 4) == pytest.approx(0.5)
+    sizes = group_sizes([_G(8, 1), _G(8, 4), _G(8, 8)])
+    f8 = 2 / 3
+    f4 = (1 - math.comb(7, 4) / math.comb(8, 4) + 1 - 2 * math.comb(4, 4) / math.comb(8, 4) + 0) / 3
+    assert sizes.size == 8 and sizes.share_ratio[2] == pytest.approx(f8 / f4) and 4 in sizes.share_ratio
+    assert group_sizes([_G(8, 1), _G(4, 1)]) is None  # unequal groups (an allocator): not priced
+    assert group_sizes([_G(8, 0, lo=0.0, hi=0.5)]) is None  # a reward the correct count does not decide
+    assert 2 not in group_sizes([_G(2, 1)] * 3).share_ratio if group_sizes([_G(2, 1)] * 3) else True
+
+
+def test_the_group_size_lever_needs_the_split_and_carries_both_intervals():
+    from lit_rlvr.advice import run_advice
+    from lit_rlvr.group_file import RunFacts
+    from lit_rlvr.levers import GroupSizes, smaller_group
+
+    sizes = GroupSizes(8, {2: 1.2, 4: 1.6})
+    assert not [p for p in lever_predictions(_noise(), groups=sizes) if "group" in p.kind]  # no split: no lever
+    noise = RunNoise(b_noise=10.0, b_noise_se=1.0, informative_per_step=5.0, share=0.4, steps=20,
+                     within_share=0.2, within_share_se=0.05)
+    preds = {p.kind: p for p in lever_predictions(noise, groups=sizes)}
+    half = preds["half_group"]
+    assert half.ratio == pytest.approx(smaller_group(0.5, 2, 0.2, 1.2))
+    lo_x, hi_x = 5 / (10 + 1.96), 5 / (10 - 1.96)
+    corners = [smaller_group(v, 2, w, 1.2) for v in (lo_x, hi_x) for w in (0.2 - 1.96 * 0.05, 0.2 + 1.96 * 0.05)]
+    assert half.low == pytest.approx(min(corners)) and half.high == pytest.approx(max(corners))
+    assert "G 8 -> 2" in preds["quarter_group"].lever
+    no_se = lever_predictions(RunNoise(**{**noise.__dict__, "within_share_se": math.nan}), groups=sizes)
+    assert all(math.isnan(p.low) for p in no_se if "group" in p.kind)  # w's error unknown: no interval
+    advice = run_advice(noise, facts=RunFacts(batch_size=1), groups=sizes)  # the batch cannot shrink; G can
+    assert advice.call == "try" and advice.setting == "--model.rollout.num_generations=2"  # G/4: the lowest
+    page = "\n".join(lever_page_section(noise, None, sizes))
+    assert "Within-group share of the noise w = 0.20 +- 0.05" in page and "| GRPO at half the group size" in page
+    assert "within-group share w = 0.20" in critical_batch_line(noise)
+
+
+def test_run_noise_reads_the_within_share_from_the_rows():
+    rows = [{"step": s, "noise/units_all": 8.0, "noise/units_informative": 4.0, "noise/g2_informative": 2.0,
+             "noise/trace_informative": tr, "noise/trace_within_informative": tw, "noise/g2_all": 2.0,
+             "noise/trace_all": tr, "noise/g2_informative_adam": 2.0, "noise/trace_informative_adam": tr}
+            for s, (tr, tw) in enumerate([(40.0, 10.0), (60.0, 20.0), (50.0, 15.0)])]
+    noise = run_noise(rows)
+    assert noise.within_share == pytest.approx(45 / 150) and math.isfinite(noise.within_share_se)
+    assert math.isnan(run_noise([{k: v for k, v in r.items() if "within" not in k} for r in rows]).within_share)

@@ -12,7 +12,14 @@ def run_noise_scale(history: Sequence[dict[str, float]], key: str = "informative
 
     NaN when fewer than two steps had an estimate or the summed |G|² is not positive (noise dominates).
     """
-    pairs = [(r[f"trace_{key}"], r[f"g2_{key}"]) for r in history]
+    return ratio_of_sums([(r[f"trace_{key}"], r[f"g2_{key}"]) for r in history])
+
+
+def ratio_of_sums(pairs: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(Σ_t a_t / Σ_t b_t, its delete-one-step jackknife standard error) over the pairs with both finite.
+
+    NaN when fewer than two pairs are finite or Σ b is not positive; the error is NaN when a leave-one-out Σ b is not.
+    """
     pairs = [(t, g) for t, g in pairs if math.isfinite(t) and math.isfinite(g)]
     if len(pairs) < 2:
         return math.nan, math.nan

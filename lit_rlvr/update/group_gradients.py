@@ -20,7 +20,11 @@ import torch
 
 from lit_rlvr.update.noise_scale import StepMoments
 
-__all__ = ["GroupGradients"]
+__all__ = ["GroupGradients", "SPLIT_PARTS"]
+
+SPLIT_PARTS = 3
+"""With the within-group split, a group g records three parts: ids 3g (its even rollouts), 3g + 1 (its odd rollouts)
+and 3g + 2 (its shared prompt forward, one sum over all its rows, with ``share_prompt_prefix``)."""
 
 
 class _ForwardPlan:
@@ -150,19 +154,33 @@ class GroupGradients:
         if bias is not None:
             self._add(bias, plan.slots, eu.sum(dim=1))  # [U, out]
 
+    def _parts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For ids recorded as ``SPLIT_PARTS · group + part``: per group, the accumulator rows of its two halves and
+        its shared prompt part ([K] each; the index of a zero pad row where a group has none)."""
+        pad = len(self._slots)
+        groups = sorted({u // SPLIT_PARTS for u in self._slots})
+        index = torch.full((SPLIT_PARTS, len(groups)), pad, dtype=torch.long)  # [3, K]
+        for k, g in enumerate(groups):
+            for part in range(SPLIT_PARTS):
+                index[part, k] = self._slots.get(SPLIT_PARTS * g + part, pad)
+        return index[0], index[1], index[2]
+
     def moments(
         self, units_all: int, units_informative: int, scale: float = 1.0,
         adam_denominators: Optional[list[Optional[torch.Tensor]]] = None,
-        reduce: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        reduce: Optional[Callable[[torch.Tensor], torch.Tensor]] = None, split: bool = False,
     ) -> StepMoments:
         """The step's sums over its groups' gradients (each divided by ``scale``: the loss's multiplier).
 
         ``adam_denominators``: per recorded parameter √v̂ + ε (None: no preconditioned sums).
         ``reduce``: sums a tensor over ranks (None: one process); K_all and K_inf are already global.
+        ``split``: the ids were ``SPLIT_PARTS · group + part`` (part 0 and 1 a group's two halves, 2 its shared
+        prompt forward): a group's gradient is the sum of its parts, and Σ_j |h_j,0 − h_j,1|² is added.
         """
         device = self.params[0].device if self.params else torch.device("cpu")
         adam = adam_denominators is not None and all(d is not None for d in adam_denominators)
-        sums = torch.zeros(2, dtype=torch.float64, device=device)  # Σ_j |h_j|², Σ_j |h_j / (√v̂ + ε)|²
+        sums = torch.zeros(3, dtype=torch.float64, device=device)  # Σ_j |h_j|², Σ_j |h_j / (√v̂ + ε)|², Σ_j |d_j|²
+        parts = self._parts() if split else None
         totals = []
         for i, p in enumerate(self.params):
             acc = self._acc[i]
@@ -170,6 +188,11 @@ class GroupGradients:
                 totals.append(torch.zeros(p.numel(), dtype=torch.float64, device=device))
                 continue
             g = acc / scale  # [K, *shape] float32; squares summed in float64
+            if parts is not None:  # [K parts, ...] -> [K groups, ...]: halves and prompt part added, halves' difference
+                padded = torch.cat([g, g.new_zeros((len(self._slots) - g.shape[0] + 1, *g.shape[1:]))])
+                first, second, shared = (padded[ix.to(g.device)] for ix in parts)
+                g = first + second + shared
+                sums[2] += (first - second).pow(2).sum(dtype=torch.float64)
             sums[0] += g.pow(2).sum(dtype=torch.float64)
             if adam:
                 sums[1] += (g / adam_denominators[i]).pow(2).sum(dtype=torch.float64)
@@ -183,5 +206,5 @@ class GroupGradients:
             sq_sum_adam = float((flat / den).pow(2).sum())
         return StepMoments(
             int(units_all), int(units_informative), float(sums[0]), float(flat.pow(2).sum()),
-            float(sums[1]) if adam else math.nan, sq_sum_adam,
+            float(sums[1]) if adam else math.nan, sq_sum_adam, float(sums[2]) if split else math.nan,
         )

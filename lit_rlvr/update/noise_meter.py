@@ -16,7 +16,7 @@ import torch
 from lit_rlvr.collate import TrainingTensors
 from lit_rlvr.settings import NoiseScaleSettings
 from lit_rlvr.sharding import is_sharded
-from lit_rlvr.update.group_gradients import GroupGradients
+from lit_rlvr.update.group_gradients import SPLIT_PARTS, GroupGradients
 from lit_rlvr.update.noise_scale import NoiseScaleTracker, adam_denominators
 from lit_rlvr.update.plan import carries_gradient
 from lit_rlvr.update.prefix import prompt_groups
@@ -72,11 +72,20 @@ class NoiseScaleMeter:
         return True
 
     def before_forwards(self, mb: TrainingTensors, share_prompt_prefix: bool) -> None:
-        """The group id of each row of the forward(s) about to run on ``mb`` (the shared-prefix path runs two)."""
+        """The group id of each row of the forward(s) about to run on ``mb`` (the shared-prefix path runs two).
+
+        With the within-group split, the id of a part of a group instead (``SPLIT_PARTS`` · group + part): its
+        even rows, its odd rows, and the shared prompt forward, which is one sum over the group's rows."""
         units = mb.units if mb.units is not None else torch.full((len(mb),), NO_GROUP, dtype=torch.long)
+        prompt_units = units
+        if self.settings.split_groups:
+            halves = mb.halves if mb.halves is not None else torch.zeros_like(units)
+            placeholder = units < 0
+            units = torch.where(placeholder, units, SPLIT_PARTS * units + halves.to(units.device))
+            prompt_units = torch.where(placeholder, prompt_units, SPLIT_PARTS * prompt_units + 2)
         if share_prompt_prefix:
             first, _ = prompt_groups(mb)  # the prompt forward's rows are the first row of each distinct prompt
-            self.recorder.expect([units[first.to(units.device)], units])
+            self.recorder.expect([prompt_units[first.to(units.device)], units])
         else:
             self.recorder.expect([units])
 
@@ -88,6 +97,7 @@ class NoiseScaleMeter:
         moments = self.recorder.moments(
             self._units[0], self._units[1], scale=loss_scale,
             adam_denominators=adam_denominators(optimizer, self.recorder.params), reduce=reduce,
+            split=self.settings.split_groups,
         )
         self.tracker.update(moments)
 

@@ -50,7 +50,7 @@ from lit_rlvr.critical_batch.run_noise_scale import run_noise_scale  # noqa: F40
 
 __all__ = [
     "NoiseScaleTracker", "StepMoments", "biased_noise_scale", "unbiased_estimates",
-    "unit_estimates", "run_noise_scale",
+    "unit_estimates", "run_noise_scale", "within_trace",
 ]
 
 
@@ -87,6 +87,8 @@ class StepMoments:
     """Σ_j |h_j / (√v̂ + ε)|² (NaN without Adam state)."""
     sq_sum_adam: float = math.nan
     """|Σ_j h_j / (√v̂ + ε)|²."""
+    sum_sq_within: float = math.nan
+    """Σ_j |h_j,even − h_j,odd|²: each group's two halves' gradients, differenced (NaN without the split)."""
 
 
 def unit_estimates(step: StepMoments, K: int, adam: bool = False) -> Optional[tuple[float, float]]:
@@ -124,6 +126,21 @@ class _Ema:
 
 KEYS = ("informative", "all", "informative_adam", "all_adam")
 """The smoothed estimates: each unit set, plain and Adam-preconditioned."""
+WITHIN_KEYS = ("within_informative", "within_all")
+"""With the within-group split (``NoiseScaleSettings.split_groups``): the within-group part of each set's noise
+scale, tr Σ_within / |G|² (the between-prompt part is the rest: B_simple − B_within)."""
+
+
+def within_trace(step: StepMoments, K: int) -> float:
+    """tr Σ_within over K units of u_j = K_all · h_j: mean_j |u_j,even − u_j,odd|² (NaN if K < 2).
+
+    Given its prompt, a group's two halves are exchangeable, so E[h_even − h_odd | prompt] = 0 and
+    E|h_even − h_odd|² = 2 tr Var(h_half | prompt) = tr Var(h_j | prompt): no correction factor. A zero-variance
+    group adds 0 (both halves are 0), as it adds 0 to the set's tr Σ.
+    """
+    if K < 2 or not math.isfinite(step.sum_sq_within):
+        return math.nan
+    return float(step.units_all) ** 2 * step.sum_sq_within / K
 RECENT_STEPS = 256
 """Per-step rows the tracker keeps (the newest): enough for a batch controller's window; the run's own total is
 read from metrics.csv, which has every step."""
@@ -152,13 +169,17 @@ class NoiseScaleTracker:
                 est = unit_estimates(step, count(step), adam)
                 key = f"{name}{'_adam' if adam else ''}"
                 row[f"g2_{key}"], row[f"trace_{key}"] = est if est is not None else (math.nan, math.nan)
+            if math.isfinite(step.sum_sq_within):  # the split is on: the within-group part of this set's tr Σ
+                row[f"trace_within_{name}"] = within_trace(step, count(step))
         self._average(row)
         self.recent = (self.recent + [row])[-RECENT_STEPS:]
         return self.metrics()
 
     def _average(self, row: dict[str, float]) -> None:
-        for key in KEYS:
-            g2, tr = row[f"g2_{key}"], row[f"trace_{key}"]
+        for key in KEYS + WITHIN_KEYS:
+            if key in WITHIN_KEYS and f"trace_{key}" not in row:  # the split was off this step
+                continue
+            g2, tr = row[f"g2_{key.removeprefix('within_')}"], row[f"trace_{key}"]
             if math.isfinite(g2) and math.isfinite(tr):  # steps without an estimate are skipped
                 num, den = self.averages.setdefault(key, (_Ema(self.beta), _Ema(self.beta)))
                 num.update(tr)
@@ -175,6 +196,7 @@ class NoiseScaleTracker:
             return {}
         last = self.recent[-1]
         out = {f"noise/B_simple_{key}": self.smoothed(key) for key in KEYS}
+        out.update({f"noise/B_{key}": self.smoothed(key) for key in WITHIN_KEYS if key in self.averages})
         share = last["units_informative"] / last["units_all"] if last["units_all"] else math.nan
         b = out["noise/B_simple_informative"]
         out["noise/informative_share"] = share  # f

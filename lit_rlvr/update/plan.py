@@ -73,6 +73,7 @@ def trim_padding(t: TrainingTensors) -> TrainingTensors:
         old_logprobs=None if t.old_logprobs is None else t.old_logprobs[:, :keep_l],
         ref_logprobs=None if t.ref_logprobs is None else t.ref_logprobs[:, :keep_l],
         units=t.units,
+        halves=t.halves,
     )
 
 

@@ -277,7 +277,7 @@ def test_the_run_noise_scale_is_a_ratio_of_sums_with_a_jackknife_error():
 
 # ------------------------------------------------------------------ in a fit
 
-def _fit(enabled: bool, tmp_path, steps: int = 2):
+def _fit(enabled: bool, tmp_path, steps: int = 2, split: bool = False):
     from lit_rlvr.data import PromptDataModule, ReasoningGymSource
     from lit_rlvr.loggers import CSVLogger
     from lit_rlvr.module import GRPOModule, LossSettings, OptimizerSettings, RolloutSettings
@@ -293,10 +293,10 @@ def _fit(enabled: bool, tmp_path, steps: int = 2):
         optimizer=OptimizerSettings(lr=1e-3),
         checkpoint_every_n_steps=None,
         rewards=[CallableReward(fn="tests.helpers:mostly_mixed_reward")],
-        noise_scale=NoiseScaleSettings(enabled=enabled),
+        noise_scale=NoiseScaleSettings(enabled=enabled, split_groups=split),
     )
     data = PromptDataModule(ReasoningGymSource(train_size=32, val_size=4), batch_size=8)
-    logger = CSVLogger(str(tmp_path / f"on{enabled}"), name="csv")
+    logger = CSVLogger(str(tmp_path / f"on{enabled}{'_split' if split else ''}"), name="csv")
     trainer = pl.Trainer(max_steps=steps, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, limit_val_batches=0, log_every_n_steps=1)
     trainer.fit(module, data)
@@ -331,3 +331,87 @@ def test_a_fit_logs_the_noise_scale_and_trains_exactly_as_without_it(tmp_path):
             assert r[f"trace_{key}"] >= 0 and math.isfinite(r[f"g2_{key}"])
         for key in ("informative_adam", "all_adam"):  # before AdamW's 10th step: not measured (ADAM_WARMUP_STEPS)
             assert math.isnan(r[f"trace_{key}"]) and math.isnan(r[f"g2_{key}"])
+
+
+# ------------------------------------------------------------------ the within-group split
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_split_records_each_groups_halves_and_its_gradient_is_unchanged(shared):
+    """Split ids (3·group + half, 3·group + 2 for the shared prompt forward): the groups' gradients are the same as
+    unsplit, and Σ_j |h_even − h_odd|² equals the halves' gradients computed one backward at a time."""
+    from lit_rlvr.collate import halves_of
+    from lit_rlvr.update.group_gradients import SPLIT_PARTS
+    from lit_rlvr.update.prefix import prompt_groups, shared_prompt_logprobs
+
+    module = _tiny_module(lora=True)
+    t = _ragged_groups(module)
+    t.halves = halves_of(t.units)
+    assert t.halves.tolist() == [0, 1, 0, 0, 1, 0]
+    weights = torch.randn(t.completion_ids.shape, generator=torch.Generator().manual_seed(1)) * t.completion_mask
+    fn = shared_prompt_logprobs if shared else policy_logprobs
+
+    def record(split: bool):
+        module.policy.zero_grad(set_to_none=True)
+        rec = GroupGradients().attach(module.policy)
+        units = SPLIT_PARTS * t.units + t.halves if split else t.units
+        first, _ = prompt_groups(t)
+        prompt_units = (SPLIT_PARTS * t.units + 2 if split else t.units)[first]
+        rec.expect([prompt_units, units] if shared else [units])
+        (fn(module.policy, t) * weights).sum().backward()
+        return rec
+
+    plain = record(False).moments(units_all=2, units_informative=2)
+    rec = record(True)
+    split = rec.moments(units_all=2, units_informative=2, split=True)
+    assert math.isnan(plain.sum_sq_within)
+    assert split.sum_sq == pytest.approx(plain.sum_sq, rel=1e-5) and split.sq_sum == pytest.approx(plain.sq_sum, rel=1e-5)
+    if not shared:  # every row's own forward: each half's gradient is that half's rows' backward alone
+        expected = 0.0
+        for group in (7, 9):
+            halves = []
+            for h in (0, 1):
+                module.policy.zero_grad(set_to_none=True)
+                keep = ((t.units == group) & (t.halves == h)).float()[:, None]
+                (fn(module.policy, t) * weights * keep).sum().backward()
+                halves.append(torch.cat([p.grad.flatten() for p in rec.params]))
+            expected += float((halves[0] - halves[1]).pow(2).sum())
+        assert split.sum_sq_within == pytest.approx(expected, rel=1e-4)
+    else:  # the prompt part is one sum over the group: only the completion positions are split, so it is smaller
+        assert 0 < split.sum_sq_within
+    rec.detach()
+
+
+def test_the_tracker_logs_the_within_part_only_when_split():
+    from lit_rlvr.update.noise_scale import within_trace
+
+    tracker = NoiseScaleTracker(0.9)
+    step = _step(tr=3.0, g2=1.0)
+    assert "noise/B_within_all" not in tracker.update(step)
+    assert all("within" not in k for k in tracker.recent[-1])
+    split = StepMoments(**{**step.__dict__, "sum_sq_within": 0.01})
+    out = tracker.update(split)
+    K = split.units_all
+    assert tracker.recent[-1]["trace_within_all"] == pytest.approx(K**2 * 0.01 / K)
+    assert within_trace(split, 1) != within_trace(split, 1)  # NaN below 2 units
+    assert out["noise/B_within_all"] == pytest.approx(tracker.recent[-1]["trace_within_all"] / tracker.recent[-1]["g2_all"])
+    state = tracker.state_dict()
+    again = NoiseScaleTracker()
+    again.load_state_dict(state)
+    assert again.metrics() == pytest.approx(tracker.metrics(), nan_ok=True)
+
+
+@pytest.mark.integration
+def test_a_fit_with_the_split_logs_the_within_part_and_trains_as_without_it(tmp_path):
+    split, rows_split, module = _fit(True, tmp_path, split=True)
+    plain, rows_plain, _ = _fit(True, tmp_path)
+    assert torch.equal(split, plain)
+    for a, b in zip(rows_split, rows_plain):
+        assert float(a["noise/units_all"]) == float(b["noise/units_all"])
+        for key in ("g2_all", "trace_all", "g2_informative", "trace_informative"):  # the same sums, added in another order
+            assert float(a[f"noise/{key}"]) == pytest.approx(float(b[f"noise/{key}"]), rel=1e-4, abs=1e-9), key
+        assert "noise/B_within_all" not in b and "noise/trace_within_all" not in b
+    last = rows_split[-1]
+    within, total = float(last["noise/trace_within_all"]), float(last["noise/trace_all"])
+    assert 0 < within  # the prompt part is not split (shared prefix here), so it counts in the between part
+    for key in ("all", "informative"):  # smoothed with the same |G|² average as B_simple: NaN exactly when it is
+        assert math.isfinite(float(last[f"noise/B_within_{key}"])) == math.isfinite(float(last[f"noise/B_simple_{key}"]))
