@@ -10,6 +10,11 @@ Each ``--cells`` entry names a strategy and the folder of its result files (``<s
 batch per step is read from their ``.groups.csv``, one row per prompt rolled out). Writes ``<out>.md``,
 ``<out>.json`` and ``<out>_batch.png`` (prompts per step of every strategy whose batch changes). Seconds are CPU
 seconds where both files of a seed record them, else wall seconds (older files); the column says which.
+
+``--late-from grpo`` adds a late target: the mean over seeds of that strategy's final held-out accuracy.
+``--profiles cpu=2 gpu=63`` adds each cell's modelled cost to every target under each cost profile, in rollouts:
+steps × φ + rollouts (φ a step's fixed cost in rollouts, ``AdaptiveBatch.fixed_cost_rollouts``), with steps and
+rollouts read off the evaluation curve at the target (linear between evaluations, like the rollouts).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from lit_rlvr.bench.result_report import (TOKENS, TRAIN_SECONDS, cumulative_at_target, honest_seconds_to_target,  # noqa: E402
                                           kind_ratios, runs_from_results)
+from lit_rlvr.curves import CUM_GEN  # noqa: E402
 from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
 from lit_rlvr.curves import accuracy_curve, rollouts_to_target  # noqa: E402
 from lit_rlvr.group_records import read_groups  # noqa: E402
@@ -38,6 +44,20 @@ def cells(strategy: str, folder: Path, seeds: list[int] | None) -> list:
     """The runs of ``strategy`` in ``folder`` (only ``seeds`` when given), by seed."""
     runs = [r for r in runs_from_results(folder) if r.strategy == strategy]
     return sorted((r for r in runs if seeds is None or int(r.seed) in seeds), key=lambda r: int(r.seed))
+
+
+def steps_done(run) -> None:
+    """Add the column ``steps_done`` to the run's evaluation frame: an evaluation after training logs the step index of
+    its last step, so steps done are step + 1 (0 at the evaluation before training)."""
+    df = run.metrics
+    if "steps_done" not in df:
+        df["steps_done"] = (df["step"] + 1).where(df[CUM_GEN] > 0, 0.0)
+
+
+def modelled_cost(run, target: float, phi: float) -> float:
+    """Steps × ``phi`` + rollouts when held-out accuracy first reaches ``target`` (NaN if never)."""
+    steps_done(run)
+    return phi * cumulative_at_target(run, target, METRIC, "steps_done") + to_target(run, target, None)
 
 
 def to_target(run, target: float, axis: str | None) -> float:
@@ -78,17 +98,31 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=None)
     ap.add_argument("--targets", type=float, nargs="+", default=[0.5, 0.6])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--late-from", default=None, help="add a target: this strategy's mean final held-out accuracy")
+    ap.add_argument("--profiles", nargs="*", default=[], help="NAME=PHI: modelled cost, steps x PHI + rollouts")
     args = ap.parse_args(argv)
     folders = dict(c.split("=", 1) for c in args.cells)
     runs = {s: cells(s, Path(f), args.seeds) for s, f in folders.items()}
+    profiles = {name: float(phi) for name, phi in (p.split("=", 1) for p in args.profiles)}
     if args.ref not in runs:
         raise SystemExit(f"--ref {args.ref} is not one of --cells ({', '.join(runs)})")
+    targets = list(args.targets)
+    if args.late_from:
+        late = stat([accuracy_curve(r, METRIC)[1][-1] for r in runs[args.late_from]])["mean"]
+        targets.append(round(late, 3))
     lines, rows = [], []
-    for target in args.targets:
+    if profiles:
+        lines += [f"Modelled cost = steps × φ + rollouts, in rollouts; profiles: "
+                  + ", ".join(f"{n} φ = {v:g}" for n, v in profiles.items()) + ".", ""]
+    for target in targets:
         values = {s: {ax: {r.seed: to_target(r, target, col) for r in rs} for ax, col in AXES} for s, rs in runs.items()}
-        lines += [f"### To {target:.2f} held-out ({METRIC}), × {args.ref}'s on the same seeds", "",
-                  "| strategy | seeds | reached | rollouts (mean ± sd) | × rollouts | × tokens | × seconds (CPU or wall) |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+        late_note = f" (the late target: {args.late_from}'s mean final accuracy)" if args.late_from and target == targets[-1] else ""
+        lines += [f"### To {target:.3g} held-out ({METRIC}){late_note}, × {args.ref}'s on the same seeds", "",
+                  "| strategy | seeds | reached | rollouts (mean ± sd) | × rollouts | × tokens | × seconds (CPU or wall) |"
+                  + "".join(f" {n} cost (mean ± sd) | × {n} cost |" for n in profiles),
+                  "|---|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(profiles)]
+        costs = {n: {s: {r.seed: modelled_cost(r, target, phi) for r in rs} for s, rs in runs.items()}
+                 for n, phi in profiles.items()}
         for s, v in values.items():
             ratios = {ax: stat(paired_ratios(v[ax], values[args.ref][ax])) for ax, _ in AXES}
             kinds = {r.seed: (v["seconds"][r.seed], honest_seconds_to_target(r, target, METRIC)[1]) for r in runs[s]}
@@ -100,11 +134,15 @@ def main(argv=None) -> None:
             reached = sum(math.isfinite(x) for x in v["rollouts"].values())
             seeds = ",".join(r.seed for r in runs[s])
             cell = lambda m: f"{m['mean']:.2f} ± {m['std']:.2f}" if m["n"] else "–"  # noqa: E731
+            modelled = {n: (stat(list(c[s].values())), stat(paired_ratios(c[s], c[args.ref]))) for n, c in costs.items()}
             lines.append(f"| {s} | {seeds} | {reached}/{len(runs[s])} | {absolute['mean']:.0f} ± {absolute['std']:.0f} | "
                          f"{cell(ratios['rollouts'])} | {cell(ratios['tokens'])} | "
-                         f"{cell(ratios['seconds'])}{' ' + kind if ratios['seconds']['n'] else ''} |")
+                         f"{cell(ratios['seconds'])}{' ' + kind if ratios['seconds']['n'] else ''} |"
+                         + "".join(f" {a['mean']:.0f} ± {a['std']:.0f} | {cell(r)} |" if a["n"] else " – | – |"
+                                   for a, r in modelled.values()))
             rows.append({"target": target, "strategy": s, "seeds": seeds, "reached": reached, "per_seed": v,
-                         "ratios": ratios, "seconds_kind": kind, "rollouts": absolute})
+                         "ratios": ratios, "seconds_kind": kind, "rollouts": absolute,
+                         "modelled": {n: {"per_seed": costs[n][s], "cost": a, "ratio": r} for n, (a, r) in modelled.items()}})
         lines.append("")
     lines += ["### Final held-out accuracy and prompts per step", "", "| strategy | final held-out (mean ± sd) | prompts per step, seed by seed |",
               "|---|---:|---|"]
