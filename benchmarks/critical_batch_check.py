@@ -6,7 +6,7 @@
 
 Reads GRPO's re-run cells with the noise scale (``--noise``), checks they reproduce the committed GRPO
 cells (held-out accuracy at every evaluation; ``.groups.csv`` byte for byte), pools B_noise over their
-steps, and puts each lever's prediction (``lit_rlvr.levers``) beside the measured per-seed ratio to
+steps, and puts each lever's prediction (``lit_rlvr.critical_batch.levers``) beside the measured per-seed ratio to
 GRPO of every strategy in ``--grid``. Writes ``<out>.md`` and ``<out>.json``.
 """
 
@@ -25,9 +25,9 @@ from lit_rlvr.bench import report as rep  # noqa: E402
 from lit_rlvr.bench.result_report import runs_from_results  # noqa: E402
 from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
 from lit_rlvr.group_records import read_groups  # noqa: E402
-from lit_rlvr.levers import preselect, refill, smaller_batch  # noqa: E402
+from lit_rlvr.critical_batch.levers import preselect, refill, smaller_batch  # noqa: E402
 from lit_rlvr.selection_report import selection_stats, zero_variance  # noqa: E402
-from lit_rlvr.update.noise_scale import ADAM_WARMUP_STEPS, run_noise_scale  # noqa: E402
+from lit_rlvr.critical_batch.noise_scale import ADAM_WARMUP_STEPS, run_noise_scale  # noqa: E402
 
 METRIC = "heldout_prompts/pass@1"
 REFILL = ("dynamic_sampling", "greso")

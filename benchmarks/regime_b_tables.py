@@ -166,7 +166,7 @@ def cells(args) -> dict:
     from lit_rlvr.bench.report import CUM_GEN, rollouts_to_target
     from lit_rlvr.bench.stats import fmt_count
     from lit_rlvr.group_records import read_groups
-    from lit_rlvr.levers import run_noise
+    from lit_rlvr.critical_batch.levers import run_noise
     from lit_rlvr.selection_report import zero_variance
 
     runs = runs_from_results(args.results)

@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lit_rlvr.group_records import read_groups  # noqa: E402
-from lit_rlvr.levers import preselect, refill  # noqa: E402
+from lit_rlvr.critical_batch.levers import preselect, refill  # noqa: E402
 from lit_rlvr.selection_report import zero_variance  # noqa: E402
-from lit_rlvr.update.noise_scale import run_noise_scale  # noqa: E402
+from lit_rlvr.critical_batch.noise_scale import run_noise_scale  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results" / "bench_real"
 NOISE_B8 = (22.52, 12.31)  # regime B's B_noise (informative groups) at 8 prompts: docs/benchmarks.md, 2026-12-03

@@ -1,6 +1,6 @@
 """A run's one piece of advice: the setting to try, "keep this setting" or "undecided", with its interval.
 
-Built from the critical-batch model's predictions (``lit_rlvr.levers``), each a multiple of this run's
+Built from the critical-batch model's predictions (``lit_rlvr.critical_batch.levers``), each a multiple of this run's
 rollouts to its final accuracy with the 95% interval of the run's noise scale. Only levers a user can
 run are candidates, each with the exact setting to add to the run's command:
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from lit_rlvr.group_file import RunFacts
-from lit_rlvr.levers import GroupSizes, LeverPrediction, RunNoise, lever_predictions, unmeasured_reason
+from lit_rlvr.critical_batch.levers import GroupSizes, LeverPrediction, RunNoise, lever_predictions, unmeasured_reason
 
 __all__ = ["REFILL_CONFIG", "HISTORY_CONFIG", "Advice", "run_advice", "setting"]
 

@@ -252,7 +252,7 @@ class GRPOModule(PolicyModule):
     @property
     def noise_meter(self) -> Any:
         """The update's gradient noise-scale meter; None when the updater has none (a benchmark's substitute)."""
-        return getattr(self.updater, "noise", None)
+        return getattr(self.updater, "noise_meter", None)
 
     def noise_unmeasurable(self) -> Optional[str]:
         """Why the noise scale is not measured in this run (None: it is); ``BatchHost``."""
@@ -275,7 +275,7 @@ class GRPOModule(PolicyModule):
             steps_done=self.steps_done, totals=self.totals.state_dict(), nonfinite=self.nonfinite.state_dict(),
             reward_failures=self.reward_failures.state_dict(),
         )
-        noise = getattr(self.updater, "noise", None)  # a benchmark's substitute updater has none
+        noise = getattr(self.updater, "noise_meter", None)  # a benchmark's substitute updater has none
         if noise is not None:
             checkpoint["lit_rlvr"]["noise_scale"] = noise.tracker.state_dict()
 
@@ -286,6 +286,6 @@ class GRPOModule(PolicyModule):
         self.totals.load_state_dict(state.get("totals", {}))
         self.nonfinite.load_state_dict(state.get("nonfinite", {}))
         self.reward_failures.load_state_dict(state.get("reward_failures", {}))
-        noise = getattr(self.updater, "noise", None)
+        noise = getattr(self.updater, "noise_meter", None)
         if noise is not None:
             noise.tracker.load_state_dict(state.get("noise_scale", {}))

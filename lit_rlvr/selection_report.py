@@ -170,7 +170,7 @@ class SelectionStats:
     @property
     def history_share(self) -> float:
         """The informative share of groups left if every prompt zero-variance at its previous visit were skipped
-        (and the budget spent on the others at this mix): f' of history-based skipping (``lit_rlvr.levers``)."""
+        (and the budget spent on the others at this mix): f' of history-based skipping (``lit_rlvr.critical_batch.levers``)."""
         kept = self.groups - self.zero_variance_before
         informative_skipped = self.zero_variance_before - self.both
         return (self.groups - self.zero_variance_groups - informative_skipped) / kept if kept > 0 else math.nan
@@ -368,7 +368,8 @@ def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where
     """The summary's lines on where the rollouts went, the critical batch and the advice, from the run's files;
     ``lit-rlvr report`` prints the same lines. ``groups``: the run's ``groups.csv`` (None or missing: no records)."""
     from lit_rlvr.advice import run_advice
-    from lit_rlvr.levers import critical_batch_line, group_sizes, run_noise
+    from lit_rlvr.critical_batch.levers import group_sizes, run_noise
+    from lit_rlvr.lever_report import critical_batch_line
 
     noise = run_noise(rows) if rows else None
     out, history_f, note, sizes = [], None, None, None
@@ -418,7 +419,8 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     groups = folder / FILE_NAME
     if not groups.is_file():
         raise FileNotFoundError(f"no {FILE_NAME} in {folder}: runs of lit-rlvr fit keep it there (GroupRecorder)")
-    from lit_rlvr.levers import group_sizes, lever_page_section, run_noise
+    from lit_rlvr.critical_batch.levers import group_sizes, run_noise
+    from lit_rlvr.lever_report import lever_page_section
 
     rows = read_run(metrics)
     records = read_groups(groups)

@@ -12,7 +12,7 @@ from lit_rlvr.advice import HISTORY_CONFIG, REFILL_CONFIG, run_advice
 from lit_rlvr.cli import main
 from lit_rlvr.group_file import COLUMNS, RunFacts, read_facts, write_facts
 from lit_rlvr.group_records import GroupRecorder
-from lit_rlvr.levers import RunNoise
+from lit_rlvr.critical_batch.levers import RunNoise
 from lit_rlvr.plot import read_run
 from lit_rlvr.selection_report import end_of_fit_lines
 

@@ -86,7 +86,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.config_checks": 5,
     "lit_rlvr.selection_report": 5,
     "lit_rlvr.report_figure": 5,
-    "lit_rlvr.levers": 5,
+    "lit_rlvr.lever_report": 5,
     "lit_rlvr.advice": 5,
     "lit_rlvr.launch": 5,  # the console script: stdlib only until a Trainer command
     "lit_rlvr.user_tools": 5,  # SUBCOMMANDS, stdlib only

@@ -131,7 +131,7 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
         gen = groups["rollouts_generated"]
         groups["with_variance_per_1k_rollouts"] = 1000.0 * mixed / gen if gen > 0 else None
     noise_columns = [c for c in train if str(c).startswith("noise/") and not str(c).startswith("noise/B_simple")]
-    noise = []  # the gradient noise scale's per-step counts and raw estimates (lit_rlvr.update.noise_scale)
+    noise = []  # the gradient noise scale's per-step counts and raw estimates (lit_rlvr.critical_batch.noise_scale)
     if "noise/units_all" in train:
         for _, r in train[["step", *noise_columns]].dropna(subset=["noise/units_all"]).iterrows():
             noise.append({"step": int(r["step"]), **{c: _num(r[c]) for c in noise_columns}})

@@ -32,7 +32,7 @@ from lit_rlvr.critical_batch.batch_rule import aimed_prompts, beta2_for, min_gro
 from lit_rlvr.selection import RolloutAllocator, SelectionCallback
 from lit_rlvr.selection_host import BatchHost
 from lit_rlvr.types import PromptPool, RolloutBatch
-from lit_rlvr.update.noise_scale import RECENT_STEPS
+from lit_rlvr.critical_batch.noise_scale import RECENT_STEPS
 from lit_rlvr.critical_batch.run_noise_scale import run_noise_scale
 
 __all__ = ["AdaptiveBatch", "DEFAULT_FIXED_COST_ROLLOUTS"]

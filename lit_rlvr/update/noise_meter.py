@@ -1,7 +1,7 @@
 """The update's side of the noise-scale estimate: hooks on for one update, group ids per forward, one record per step.
 
-``NoiseScaleMeter`` is what ``Updater.run`` calls; the estimator itself (per-group gradients,
-the unbiased moments, the smoothing) is ``lit_rlvr.update.noise_scale``. Counts of groups are
+``NoiseMeter`` is what ``Updater.run`` calls; the estimator itself (per-group gradients,
+the unbiased moments, the smoothing) is ``lit_rlvr.critical_batch.noise_scale``. Counts of groups are
 summed over ranks (DDP); FSDP2 and gradient checkpointing are not measured (their forwards run
 twice or on shards: a warning says so once and the metrics stay empty).
 """
@@ -16,8 +16,8 @@ import torch
 from lit_rlvr.collate import TrainingTensors
 from lit_rlvr.settings import NoiseScaleSettings
 from lit_rlvr.sharding import is_sharded
-from lit_rlvr.update.group_gradients import SPLIT_PARTS, GroupGradients
-from lit_rlvr.update.noise_scale import NoiseScaleTracker, adam_denominators
+from lit_rlvr.critical_batch.group_gradients import SPLIT_PARTS, GroupGradients
+from lit_rlvr.critical_batch.noise_scale import NoiseScaleTracker, adam_denominators
 from lit_rlvr.update.plan import carries_gradient
 from lit_rlvr.update.prefix import prompt_groups
 
@@ -27,7 +27,7 @@ NO_GROUP = -1
 """The unit id of a placeholder row (``Updater.empty_row``): its gradient is zero and is not recorded."""
 
 
-class NoiseScaleMeter:
+class NoiseMeter:
     """Measures the gradient noise scale of every optimizer step of the update it is given.
 
     Args:

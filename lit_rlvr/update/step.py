@@ -29,7 +29,7 @@ from lit_rlvr.losses import Normalizer, aggregate, clipped_surrogate, k3_kl, los
 from lit_rlvr.settings import LossSettings, NoiseScaleSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.sharding import in_lockstep, is_sharded, max_over_ranks, no_gradient_sync
 from lit_rlvr.types import RolloutBatch
-from lit_rlvr.update.noise_meter import NoiseScaleMeter
+from lit_rlvr.update.noise_meter import NoiseMeter
 from lit_rlvr.update.plan import plan_update
 from lit_rlvr.update.prefix import shared_prompt_logprobs
 
@@ -84,7 +84,7 @@ class Updater:
         self.rollout = rollout
         self.optimizer = optimizer
         self.nonfinite = nonfinite
-        self.noise = NoiseScaleMeter(noise_scale)
+        self.noise_meter = NoiseMeter(noise_scale)
 
     def run(self, batch: RolloutBatch) -> dict[str, float]:
         """num_iterations optimizer steps over the kept rollouts, micro-batched; their mean loss terms and counts."""
@@ -108,15 +108,15 @@ class Updater:
         sched = host.lr_schedulers()
         totals = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0}
         self.nonfinite.begin_step()
-        measure = self.noise.begin(host.policy, tensors, self._reduce)  # hooks only read: the gradient is unchanged
+        measure = self.noise_meter.begin(host.policy, tensors, self._reduce)  # hooks only read: the gradient is unchanged
         for _ in range(s.num_iterations):
             iteration_loss = 0.0
             if measure:
-                self.noise.begin_step()
+                self.noise_meter.begin_step()
             for i, mb in enumerate(micro):
                 sync = i == len(micro) - 1  # all-reduce gradients once, on the last micro-batch
                 if measure:
-                    self.noise.before_forwards(mb, s.share_prompt_prefix)
+                    self.noise_meter.before_forwards(mb, s.share_prompt_prefix)
                 with self._maybe_no_sync(sync):
                     loss, parts = self.micro_batch_loss(mb, normalizer)
                     host.manual_backward(loss * host.trainer.world_size)  # DDP averages; totals are global sums
@@ -130,10 +130,10 @@ class Updater:
                 host.clip_gradients(opt, gradient_clip_val=self.optimizer.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
             if measure:  # after the step: Adam's v̂ as this step used it
-                self.noise.record_step(opt, float(host.trainer.world_size), self._reduce)
+                self.noise_meter.record_step(opt, float(host.trainer.world_size), self._reduce)
             opt.zero_grad(set_to_none=True)
             sched.step()
-        noise = self.noise.end() if measure else {}
+        noise = self.noise_meter.end() if measure else {}
         totals = {k: v / s.num_iterations for k, v in totals.items()}
         totals["seconds"] = time.perf_counter() - t0
         totals["rows_skipped"] = float(plan.rows_skipped)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from lit_rlvr.update.noise_scale import StepMoments
+from lit_rlvr.critical_batch.noise_scale import StepMoments
 
 __all__ = ["GroupGradients", "SPLIT_PARTS"]
 

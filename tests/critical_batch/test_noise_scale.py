@@ -1,5 +1,5 @@
 """The gradient noise scale: the estimator against analytic values, the per-group gradients against the training
-gradient, and the smoothing (lit_rlvr.update.noise_scale, noise_meter)."""
+gradient, and the smoothing (lit_rlvr.critical_batch.noise_scale, noise_meter)."""
 
 import math
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lit_rlvr.collate import policy_logprobs
-from lit_rlvr.update.group_gradients import GroupGradients
-from lit_rlvr.update.noise_scale import (
+from lit_rlvr.critical_batch.group_gradients import GroupGradients
+from lit_rlvr.critical_batch.noise_scale import (
     NoiseScaleTracker, StepMoments, biased_noise_scale, run_noise_scale, unbiased_estimates,
     unit_estimates,
 )
@@ -239,7 +239,7 @@ def test_tracker_state_round_trips():
 def test_the_averages_are_state_and_the_rows_kept_are_bounded(monkeypatch):
     """Each step updates the averages once (no replay of the history: a step costs the same at any step), and a
     checkpoint holds them and the newest rows only; an old checkpoint's whole history is replayed once."""
-    import lit_rlvr.update.noise_scale as ns
+    import lit_rlvr.critical_batch.noise_scale as ns
 
     steps = [(3.0, 1.0), (5.0, 0.5), (2.0, 1.5), (7.0, 0.25), (4.0, 1.0)]
     full = NoiseScaleTracker(beta=0.8)  # every row kept: the history a checkpoint of before held
@@ -324,7 +324,7 @@ def test_a_fit_logs_the_noise_scale_and_trains_exactly_as_without_it(tmp_path):
                 "informative_share", "units_informative", "units_all", "g2_informative", "trace_all_adam"):
         assert f"noise/{key}" in last, key
     assert 0 < float(last["noise/informative_share"]) < 1
-    history = module.updater.noise.tracker.recent
+    history = module.updater.noise_meter.tracker.recent
     assert len(history) == 2 and all(r["units_informative"] >= 2 for r in history)
     for r in history:  # tr Σ is a variance (m ≥ q): never negative; |G|² may be (unbiased, noisy)
         for key in ("informative", "all"):
@@ -340,7 +340,7 @@ def test_the_split_records_each_groups_halves_and_its_gradient_is_unchanged(shar
     """Split ids (3·group + half, 3·group + 2 for the shared prompt forward): the groups' gradients are the same as
     unsplit, and Σ_j |h_even − h_odd|² equals the halves' gradients computed one backward at a time."""
     from lit_rlvr.collate import halves_of
-    from lit_rlvr.update.group_gradients import SPLIT_PARTS
+    from lit_rlvr.critical_batch.group_gradients import SPLIT_PARTS
     from lit_rlvr.update.prefix import prompt_groups, shared_prompt_logprobs
 
     module = _tiny_module(lora=True)
@@ -382,7 +382,7 @@ def test_the_split_records_each_groups_halves_and_its_gradient_is_unchanged(shar
 
 
 def test_the_tracker_logs_the_within_part_only_when_split():
-    from lit_rlvr.update.noise_scale import within_trace
+    from lit_rlvr.critical_batch.noise_scale import within_trace
 
     tracker = NoiseScaleTracker(0.9)
     step = _step(tr=3.0, g2=1.0)

@@ -1,10 +1,11 @@
-"""Lever predictions from the critical-batch model (lit_rlvr.levers): formulas worked by hand, the verdict's calls."""
+"""Lever predictions from the critical-batch model (lit_rlvr.critical_batch.levers) and their lines (lit_rlvr.lever_report): formulas worked by hand, the verdict's calls."""
 
 import math
 
 import pytest
 
-from lit_rlvr.levers import (LeverPrediction, RunNoise, critical_batch_line, lever_page_section, lever_predictions, preselect,
+from lit_rlvr.lever_report import critical_batch_line, lever_page_section
+from lit_rlvr.critical_batch.levers import (LeverPrediction, RunNoise, lever_predictions, preselect,
                              refill, run_noise, smaller_batch)
 
 
@@ -81,7 +82,7 @@ def test_a_batch_controllers_realised_batches_set_x_at_the_batch_it_settled_on()
 # ------------------------------------------------------------------ the group-size lever
 
 def test_the_group_size_formula_at_its_limits():
-    from lit_rlvr.levers import smaller_group
+    from lit_rlvr.critical_batch.levers import smaller_group
 
     # all noise between prompts, f unchanged: the same steps at half the rollouts a step
     assert smaller_group(0.3, 2, 0.0, 1.0) == pytest.approx(0.5)
@@ -101,7 +102,7 @@ class _G:
 
 
 def test_the_informative_share_of_smaller_groups_is_drawn_without_replacement():
-    from lit_rlvr.levers import group_sizes, subgroup_share
+    from lit_rlvr.critical_batch.levers import group_sizes, subgroup_share
 
     # a group of 4 with 1 right: a pair is mixed unless it is the 3 wrong ones' pairs, 3 of C(4,2) = 6
     assert subgroup_share([_G(4, 1)], 2) == pytest.approx(0.5)
@@ -119,7 +120,7 @@ def test_the_informative_share_of_smaller_groups_is_drawn_without_replacement():
 def test_the_group_size_lever_needs_the_split_and_carries_both_intervals():
     from lit_rlvr.advice import run_advice
     from lit_rlvr.group_file import RunFacts
-    from lit_rlvr.levers import GroupSizes, smaller_group
+    from lit_rlvr.critical_batch.levers import GroupSizes, smaller_group
 
     sizes = GroupSizes(8, {2: 1.2, 4: 1.6})
     assert not [p for p in lever_predictions(_noise(), groups=sizes) if "group" in p.kind]  # no split: no lever
