@@ -152,15 +152,17 @@ class GRPOModule(PolicyModule):
 
     # ------------------------------------------------------------------ stage helpers
 
-    def step_context(self) -> StepContext:
-        """Where this step is in the run: the context every record a hook receives carries."""
+    def step_context(self, pool: Optional[PromptPool] = None) -> StepContext:
+        """Where this step is in the run: the context every record a hook receives carries (G: the pool's, where a
+        batch controller set one, else the configured)."""
         world = int(self._trainer.world_size) if self._trainer is not None else 1
-        return StepContext(int(self.steps_done), int(self.seed), int(self.global_rank), world, int(self.rollout_settings.num_generations))
+        group = pool.group_size if pool is not None and pool.group_size else self.rollout_settings.num_generations
+        return StepContext(int(self.steps_done), int(self.seed), int(self.global_rank), world, int(group))
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Attach the step's context to the pool: Lightning calls this before the pre-rollout hooks see it."""
         if isinstance(batch, PromptPool):
-            batch.context = self.step_context()
+            batch.context = self.step_context(batch)
         return batch
 
     @torch.no_grad()
@@ -187,7 +189,7 @@ class GRPOModule(PolicyModule):
                 keep = torch.zeros_like(pool.keep)
                 keep[pool.eligible()[rank::world]] = True
                 pool = dataclasses.replace(pool, keep=keep, batch_size=math.ceil(pool.batch_size / world))
-            pool.context = self.step_context()  # as Lightning's pre-rollout hooks saw it (on_before_batch_transfer)
+            pool.context = self.step_context(pool)  # as Lightning's pre-rollout hooks saw it (on_before_batch_transfer)
             drawer = self._prompt_drawer(pool, rank)
             any_rank = self._any_rank if in_lockstep(self.policy) else None  # FSDP2: sharded generation is a collective
             batch, stats = self.rollout_loop.run(  # step, seed, rank and G: pool.context

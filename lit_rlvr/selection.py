@@ -109,8 +109,11 @@ class SelectionCallback(pl.Callback):
     * ``metric_names``: the keys a step may report with ``set_metrics`` / ``add_metrics``; an
       undeclared key fails at once. The module logs ``metric_prefix + key`` after every step
       (``logged_metrics``); the prefix defaults to ``select/<class name>/``.
+    * ``fixes_group_size``: True for a method that reads G once at start-up (a per-prompt budget, a pilot,
+      a keep count): a batch controller may then not change G mid-fit.
     """
 
+    fixes_group_size: bool = False
     state_names: tuple[str, ...] = ()
     optional_state: Mapping[str, Any] = {}
     nullable_state: tuple[str, ...] = ()

@@ -43,7 +43,8 @@ class StepContext:
     world_size: int = 1
     """Ranks in the run."""
     group_size: int = 0
-    """G, the configured rollouts per prompt (``model.rollout.num_generations``; 0: unknown)."""
+    """G, this step's rollouts per prompt: the pool's (a batch controller's) or the configured
+    ``model.rollout.num_generations`` (0: unknown)."""
 
 
 @dataclass
@@ -66,6 +67,9 @@ class PromptPool:
     """[P] reference solution text per prompt (OC-GRPO's guided prompts); None entries: none."""
     context: StepContext = field(default_factory=StepContext)
     """The step this pool is trained at; set by the module before the pre-rollout hooks."""
+    group_size: int = 0
+    """G for this pool's prompts as a batch controller set it (``PromptDataModule.regroup``); 0: the configured
+    ``model.rollout.num_generations``. The step reads G from ``context.group_size``, which the module sets from it."""
 
     def __post_init__(self) -> None:
         self.ids = torch.as_tensor(self.ids, dtype=torch.long)
@@ -204,7 +208,7 @@ class _PoolContextFields:
 
     @property
     def group_size(self) -> int:
-        """G, the configured rollouts per prompt (the pool's ``context.group_size``)."""
+        """G, this step's rollouts per prompt (the pool's ``context.group_size``)."""
         return self.pool.context.group_size
 
     @property

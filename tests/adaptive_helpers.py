@@ -7,13 +7,14 @@ import torch
 
 
 class RecordBatches(pl.Callback):
-    """Per step: the pool's B and ids, and the loss normaliser next to the rows and tokens it normalises.
+    """Per step: the pool's B and ids, its G, and the loss normaliser next to the rows, tokens and groups it normalises.
     At the end, with the controller's state and Adam's beta2, to ``<dir>/batches_rank<r>.pt``."""
 
     def __init__(self, out_dir: str = "batch_dump") -> None:
         self.out_dir = out_dir
         self.pools: dict[int, tuple[int, list[int]]] = {}
         self.norms: dict[int, dict[str, float]] = {}
+        self.groups: dict[int, int] = {}
 
     def on_fit_start(self, trainer, pl_module) -> None:
         updater, recorder = pl_module.updater, self
@@ -21,9 +22,12 @@ class RecordBatches(pl.Callback):
 
         def recorded(tensors):
             out = normalizer(tensors)
+            units, rows_per_group = torch.unique(tensors.units, return_counts=True)
+            mean_advantage = [float(tensors.advantages[tensors.units == u].mean()) for u in units.tolist()]
             recorder.norms[int(pl_module.steps_done)] = {
                 "num_tokens": out.num_tokens, "num_sequences": out.num_sequences, "rows": float(len(tensors)),
-                "tokens": float(tensors.completion_mask.sum()), "groups": float(len(torch.unique(tensors.units))),
+                "tokens": float(tensors.completion_mask.sum()), "groups": float(len(units)),
+                "rows_per_group": rows_per_group.tolist(), "max_mean_advantage": max(map(abs, mean_advantage), default=0.0),
             }
             return out
 
@@ -31,6 +35,7 @@ class RecordBatches(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.pools[int(pl_module.steps_done)] = (int(batch.batch_size), batch.ids.tolist())
+        self.groups[int(pl_module.steps_done)] = int(batch.context.group_size)  # G as the step's hooks read it
 
     def on_train_end(self, trainer, pl_module) -> None:
         from lit_rlvr.callbacks import AdaptiveBatch
@@ -40,5 +45,6 @@ class RecordBatches(pl.Callback):
         betas = [tuple(g["betas"]) for g in getattr(opt, "optimizer", opt).param_groups]
         os.makedirs(self.out_dir, exist_ok=True)
         torch.save({"pools": self.pools, "norms": self.norms, "state": controller.state_dict(), "betas": betas,
-                    "changes": trainer.datamodule.batch_changes},
+                    "changes": trainer.datamodule.batch_changes, "groups": self.groups,
+                    "group_changes": list(trainer.datamodule._group_changes)},
                    os.path.join(self.out_dir, f"batches_rank{trainer.global_rank}.pt"))

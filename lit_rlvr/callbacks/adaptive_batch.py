@@ -15,6 +15,12 @@ not cut yet (it cuts one ahead), so the data module cuts it at the new size from
 keeping its half-life in samples (β₂' = β₂^(B'/B₀), B₀ and β₂ the configured ``data.batch_size`` and β₂);
 the learning rate is unchanged; the loss normaliser is the step's own kept tokens, so it needs nothing. Under several ranks rank 0 decides and broadcasts; the batch is a
 multiple of the world size. The controller's state is checkpointed; the data module's changes too.
+
+The group size G is a second knob when ``min_group_size`` or ``max_group_size`` allows a G other than the
+configured one (it needs ``model.noise_scale.split_groups``, whose within-group share of the noise says what
+a change of G does): ``critical_batch.group_rule`` derives when G halves or doubles; the batch rule then aims
+at the noise scale projected to the new G. A change of G applies at the same pool as a change of the batch
+(``PromptDataModule.regroup``), and β₂ then keeps its half-life in samples, P·G a step.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
 from lit_rlvr.critical_batch.batch_rule import aimed_prompts, beta2_for, min_growth_factor, next_prompts
+from lit_rlvr.critical_batch.group_rule import choose_group, group_ladder, projected_noise, subgroup_share
 from lit_rlvr.selection import RolloutAllocator, SelectionCallback
 from lit_rlvr.selection_host import BatchHost
 from lit_rlvr.types import PromptPool, RolloutBatch
@@ -64,14 +71,19 @@ class AdaptiveBatch(SelectionCallback):
         warmup_steps: steps held at ``min_prompts`` before any decision, estimates or not.
         multiple: aim the informative batch at this multiple of N instead of the cost-optimal k*.
         ema: decay of the measured costs' moving averages (``measure_costs`` only).
+        min_group_size, max_group_size: bounds on G (at least 2); None: the configured
+            ``model.rollout.num_generations``. When they allow another G, G is a second knob, halved or
+            doubled by ``critical_batch.group_rule`` (needs ``model.noise_scale.split_groups: true``).
     """
 
     metric_prefix = "batch/"
     metric_names = ("prompts", "b_noise", "b_noise_se", "share", "target", "target_low", "target_high", "beta2",
-                    "fixed_cost_rollouts")
+                    "fixed_cost_rollouts", "group_size")
     state_names = ("prompts", "start_prompts", "base_prompts", "base_beta2", "steps_seen", "changes", "reason", "share_window",
                    "fixed_ema", "roll_ema", "cost_count", "last_target", "last_low", "last_high", "last_b_noise",
-                   "last_b_noise_se")
+                   "last_b_noise_se", "group_size", "base_group_size", "group_changes", "subgroup_window")
+    optional_state = {"group_size": 0, "base_group_size": 0, "group_changes": 0, "subgroup_window": []}
+    """Checkpoints from before the group-size knob have none of its state: G was fixed."""
 
     def __init__(
         self,
@@ -86,6 +98,8 @@ class AdaptiveBatch(SelectionCallback):
         warmup_steps: int = 0,
         multiple: Optional[float] = None,
         ema: float = 0.9,
+        min_group_size: Optional[int] = None,
+        max_group_size: Optional[int] = None,
     ) -> None:
         def whole(name: str, v: Any, least: int) -> int:
             if int(v) != v or v < least:
@@ -97,6 +111,10 @@ class AdaptiveBatch(SelectionCallback):
         self.window = whole("window", window, 2)
         self.min_estimates = whole("min_estimates", min_estimates, 2)
         self.warmup_steps = whole("warmup_steps", warmup_steps, 0)
+        self.min_group_size = None if min_group_size is None else whole("min_group_size", min_group_size, 2)
+        self.max_group_size = None if max_group_size is None else whole("max_group_size", max_group_size, 2)
+        if self.min_group_size is not None and self.max_group_size is not None and self.max_group_size < self.min_group_size:
+            raise ValueError(f"AdaptiveBatch: `max_group_size`={max_group_size} is below `min_group_size`={min_group_size}")
         if self.window > RECENT_STEPS:
             raise ValueError(f"AdaptiveBatch: `window`={window} must be <= {RECENT_STEPS} (the steps the noise tracker keeps)")
         if self.min_estimates > self.window:
@@ -127,6 +145,11 @@ class AdaptiveBatch(SelectionCallback):
         self.cost_count = 0
         self.last_target = self.last_low = self.last_high = math.nan
         self.last_b_noise = self.last_b_noise_se = math.nan
+        self.group_size = 0  # G of the newest pool decided (0: the knob is off)
+        self.base_group_size = 0  # the configured G, β₂'s reference with the knob on
+        self.group_changes = 0
+        self.subgroup_window: list[list[float]] = []  # per step: [groups, Σ f at each ladder G] (the knob only)
+        self._ladder: list[int] = []
         self._t0 = 0.0
         self._step_prompts = 0  # the batch of the step running or last run (this process)
         self._rollouts = 0.0
@@ -166,6 +189,7 @@ class AdaptiveBatch(SelectionCallback):
                 f"{growth:g}, above max_change={self.max_change:g}, so the batch could never grow. Set trainer.callbacks' "
                 f"max_change to {growth:g} or more, or min_prompts to {math.ceil(world / (self.max_change - 1))} or more")
         self._refills = any(isinstance(s, RolloutAllocator) and getattr(s, "refill", False) for s in selectors)
+        self._setup_group_knob(pl_module, selectors)
         if self.prompts == 0:  # a fresh fit (a resumed one has its state already): start at the smallest batch
             self.base_prompts = int(dm.batch_size_at(0))
             self.base_beta2 = float(_param_groups(pl_module)[0]["betas"][1])
@@ -178,6 +202,27 @@ class AdaptiveBatch(SelectionCallback):
                 group["betas"] = (group["betas"][0], beta2)
             self.start_prompts, self.changes = start, 0  # the start is not a change
 
+    def _setup_group_knob(self, pl_module: BatchHost, selectors: list[SelectionCallback]) -> None:
+        """The ladder of group sizes; with more than one, the start-up checks of the G knob and its start (the
+        configured G)."""
+        configured = int(pl_module.rollout_settings.num_generations)
+        low, high = self.min_group_size or configured, self.max_group_size or configured
+        if not low <= configured <= high:
+            raise ValueError(f"AdaptiveBatch: model.rollout.num_generations={configured} is outside [min_group_size={low}, "
+                             f"max_group_size={high}]: the run starts at the configured G; widen the bounds to hold it")
+        self._ladder = group_ladder(configured, low, high)
+        if len(self._ladder) < 2:
+            return
+        if not pl_module.noise_meter.settings.split_groups:
+            raise ValueError("AdaptiveBatch: changing G (min_group_size/max_group_size) needs the noise scale's within-group "
+                             "split: set model.noise_scale.split_groups=true, or remove min_group_size and max_group_size")
+        fixed = [type(s).__name__ for s in selectors if s.fixes_group_size]
+        if fixed:
+            raise ValueError(f"AdaptiveBatch cannot change G with {', '.join(fixed)}, which read G once at start-up: "
+                             f"remove min_group_size and max_group_size (the batch alone is then adapted)")
+        if self.group_size == 0:  # a fresh fit; a resumed one has its G
+            self.group_size = self.base_group_size = configured
+
     # ------------------------------------------------------------------ per step
 
     @override
@@ -186,7 +231,11 @@ class AdaptiveBatch(SelectionCallback):
             if self.measure_costs:
                 self._t0 = time.perf_counter()
             self._step_prompts = int(batch.batch_size)
-            beta2 = beta2_for(self.base_beta2, self.base_prompts, self._step_prompts)  # this step's own batch
+            if self.group_size:  # the G knob: a step carries P·G samples
+                step_g = int(batch.group_size or self.base_group_size)
+                beta2 = beta2_for(self.base_beta2, self.base_prompts * self.base_group_size, self._step_prompts * step_g)
+            else:
+                beta2 = beta2_for(self.base_beta2, self.base_prompts, self._step_prompts)  # this step's own batch
             for group in _param_groups(pl_module):
                 group["betas"] = (group["betas"][0], beta2)
             self.set_metrics({"prompts": float(batch.batch_size), "b_noise": self.last_b_noise,
@@ -194,6 +243,8 @@ class AdaptiveBatch(SelectionCallback):
                               "target_low": self.last_low, "target_high": self.last_high,
                               "beta2": float(_param_groups(pl_module)[0]["betas"][1]),
                               "fixed_cost_rollouts": self._fixed_cost()})
+            if self.group_size:
+                self.add_metrics({"group_size": float(batch.group_size or self.base_group_size)})
 
     @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: BatchHost, batch: RolloutBatch) -> None:
@@ -203,11 +254,17 @@ class AdaptiveBatch(SelectionCallback):
         for p in groups.tolist():
             r = batch.rewards[batch.prompt_index == p]
             informative += int(len(r) > 1 and float(r.max() - r.min()) > REWARD_TOL)  # a group with reward variance
-        counts = torch.tensor([float(informative), float(len(groups)), float(len(batch))], dtype=torch.float64)
+        counts = [float(informative), float(len(groups)), float(len(batch))]
+        if len(self._ladder) > 1:  # the G knob: Σ over groups of f at each ladder G, for f' (group_rule)
+            per_group = [_value_counts(batch.rewards[batch.prompt_index == p]) for p in groups.tolist()]
+            counts += [sum(subgroup_share(c, g) for c in per_group) for g in self._ladder]
+        counts = torch.tensor(counts, dtype=torch.float64)
         if trainer.world_size > 1:
             counts = trainer.strategy.reduce(counts.to(pl_module.device), reduce_op="sum").cpu()
         self._rollouts = float(counts[2])
         self.share_window = (self.share_window + [[float(counts[0]), float(counts[1])]])[-self.window:]
+        if len(self._ladder) > 1:
+            self.subgroup_window = (self.subgroup_window + [[float(counts[1])] + counts[3:].tolist()])[-self.window:]
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: BatchHost, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -219,9 +276,9 @@ class AdaptiveBatch(SelectionCallback):
         if trainer.world_size > 1:  # rank 0 decides; every rank applies the same numbers
             decision = trainer.strategy.broadcast(decision, src=0)
         (nxt, self.reason, self.last_target, self.last_low, self.last_high, self.last_b_noise, self.last_b_noise_se,
-         self.fixed_ema, self.roll_ema, self.cost_count) = decision
+         self.fixed_ema, self.roll_ema, self.cost_count, nxt_group) = decision
         self.steps_seen += 1
-        self._apply(trainer, int(nxt), at_pool=int(pl_module.steps_done) + 1)  # the loader has cut the next pool
+        self._apply(trainer, int(nxt), at_pool=int(pl_module.steps_done) + 1, group_size=int(nxt_group))
 
     # ------------------------------------------------------------------ the decision
 
@@ -252,7 +309,7 @@ class AdaptiveBatch(SelectionCallback):
     def _decide(self, pl_module: BatchHost, world: int) -> tuple:
         """(next prompts, reason, aim, aim at N - z·SE, aim at N + z·SE, N, SE, and the cost state to share)."""
         costs = (self.fixed_ema, self.roll_ema, self.cost_count)
-        hold = lambda reason, *aims: (self.prompts, reason, *(aims or (math.nan,) * 5), *costs)  # noqa: E731
+        hold = lambda reason, *aims: (self.prompts, reason, *(aims or (math.nan,) * 5), *costs, self.group_size)  # noqa: E731
         if self.steps_seen + 1 < self.warmup_steps:
             return hold(1)
         rows = [r for r in pl_module.noise_meter.tracker.recent if math.isfinite(r.get("g2_all", math.nan))]
@@ -263,22 +320,53 @@ class AdaptiveBatch(SelectionCallback):
         b_noise, se = run_noise_scale(rows, "all")
         limits = dict(min_prompts=self.min_prompts, max_prompts=self.max_prompts, max_change=self.max_change, world_size=world)
         if not math.isfinite(b_noise):  # Σ|G|² <= 0 over the window: the signal is below its noise, far below N
-            return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, math.nan, *costs)
-        G = int(pl_module.rollout_settings.num_generations)
-        aim = lambda n: aimed_prompts(n, G, phi, self.multiple, f, self._refills)  # noqa: E731
+            return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, math.nan,
+                    *costs, self.group_size)
+        G = self.group_size or int(pl_module.rollout_settings.num_generations)
         spread = self.z * (se if math.isfinite(se) else math.inf)
-        target, low, high = aim(b_noise), aim(b_noise - spread), aim(b_noise + spread)
+        ends = (b_noise - spread, b_noise, b_noise + spread)
+        new_g = self._next_group(rows, G, ends, phi, world) if self.group_size else G
+        if new_g != G:  # the batch rule aims at the noise scale projected to the new G
+            ends = self._projected(rows, G, new_g, ends)
+        aim = lambda n: aimed_prompts(n, new_g, phi, self.multiple, f, self._refills)  # noqa: E731
+        target, low, high = aim(ends[1]), aim(ends[0]), aim(ends[2])
         if low > self.prompts:
             nxt, reason = next_prompts(self.prompts, target, **limits), 4
         elif high < self.prompts:
             nxt, reason = next_prompts(self.prompts, target, **limits), 5
         else:
             nxt, reason = self.prompts, 6
-        return (nxt, reason, float(target), float(low), float(high), float(b_noise), float(se), *costs)
+        return (nxt, reason, float(target), float(low), float(high), float(b_noise), float(se), *costs,
+                new_g if self.group_size else 0)
 
-    def _apply(self, trainer: pl.Trainer, prompts: int, at_pool: int) -> None:
-        """The data module cuts pools from ``at_pool`` on at ``prompts`` (no change: nothing is touched); each
-        step's β₂ follows its own pool (``on_train_batch_start``)."""
+    def _window_group_facts(self, rows: list[dict[str, float]]) -> tuple[float, dict[int, float]]:
+        """(ω, the within-group share of tr Σ over the window, f at each ladder G over the window)."""
+        pairs = [(r["trace_within_all"], r["trace_all"]) for r in rows
+                 if math.isfinite(r.get("trace_within_all", math.nan)) and math.isfinite(r.get("trace_all", math.nan))]
+        total = sum(t for _, t in pairs)
+        within = min(max(sum(w for w, _ in pairs) / total, 0.0), 1.0) if total > 0 else math.nan  # both are estimates
+        groups = sum(w[0] for w in self.subgroup_window)
+        shares = {g: sum(w[1 + i] for w in self.subgroup_window) / groups for i, g in enumerate(self._ladder)} if groups else {}
+        return within, shares
+
+    def _next_group(self, rows: list[dict[str, float]], G: int, ends: tuple[float, float, float], phi: float, world: int) -> int:
+        """G/2, G or 2G by ``group_rule.choose_group``, with the window's ω and f'."""
+        within, shares = self._window_group_facts(rows)
+        low, high = math.ceil(self.min_prompts / world) * world, math.floor(self.max_prompts / world) * world
+        return choose_group(G, self._ladder, ends, shares, within, phi, low, high)
+
+    def _projected(self, rows: list[dict[str, float]], G: int, new_g: int, ends: tuple[float, float, float]) -> tuple:
+        """Each end of N's interval projected to ``new_g`` (``group_rule.projected_noise``); an end <= 0 stays."""
+        within, shares = self._window_group_facts(rows)
+        return tuple(projected_noise(n, shares[G], within, shares[new_g], G / new_g) if n > 0 else n for n in ends)
+
+    def _apply(self, trainer: pl.Trainer, prompts: int, at_pool: int, group_size: int = 0) -> None:
+        """The data module cuts pools from ``at_pool`` on at ``prompts`` (and, the G knob on, ``group_size``; no
+        change: nothing is touched); each step's β₂ follows its own pool (``on_train_batch_start``)."""
+        if group_size and group_size != self.group_size:
+            trainer.datamodule.regroup(group_size, at_pool=at_pool)
+            self.group_size = group_size
+            self.group_changes += 1
         if prompts == self.prompts:
             return
         trainer.datamodule.resize(prompts, at_pool=at_pool)
@@ -300,8 +388,21 @@ class AdaptiveBatch(SelectionCallback):
                    f"f = {self.share:.2f}, a step's fixed cost {_fmt(self._fixed_cost())} rollouts")
         last = self._step_prompts or self.prompts
         nxt = "" if last == self.prompts else f", {self.prompts} decided for the next"
+        group = (f"; G {self.group_size} (configured {self.base_group_size}, {self.group_changes} changes)"
+                 if self.group_size else "")
         return (f"  batch controller      ended at {last} prompts/step{nxt} (started at {self.start_prompts}, "
-                f"{self.changes} changes): {why}")
+                f"{self.changes} changes{group}): {why}")
+
+
+def _value_counts(rewards: torch.Tensor) -> list[int]:
+    """How many of a group's rollouts got each distinct reward (values within ``REWARD_TOL`` are one)."""
+    counts: list[list[float]] = []
+    for r in sorted(rewards.tolist()):
+        if counts and r - counts[-1][0] <= REWARD_TOL:
+            counts[-1][1] += 1
+        else:
+            counts.append([r, 1])
+    return [int(c) for _, c in counts]
 
 
 def _fmt(x: float) -> str:

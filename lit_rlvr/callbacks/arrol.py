@@ -107,6 +107,8 @@ class ARRoL(RolloutPruner):
         forward_batch_size: rows per no-grad forward when the engine gives no hidden states.
     """
 
+    fixes_group_size = True  # G is read once at start-up (a batch controller may not change it)
+
     wants_hidden_states = True
     state_names = ("head", "calibrator", "totals")
     metric_names = (

@@ -75,6 +75,8 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
             and round; the 4B script and the released config's default).
     """
 
+    fixes_group_size = True  # G is read once at start-up (a batch controller may not change it)
+
     refill = True
     """Like a refilling allocator, it fills the batch with in-band (informative) groups over rounds: a batch
     controller (``AdaptiveBatch``) sets its commit target to the informative batch it aims at."""

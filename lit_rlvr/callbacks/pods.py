@@ -98,6 +98,8 @@ class PODS(RolloutFilter):
             prompt id)) or "max_reward" (the m highest rewards; ties keep generation order).
     """
 
+    fixes_group_size = True  # G is read once at start-up (a batch controller may not change it)
+
     state_names = ("rollouts_dropped_total",)
     metric_names = ("rollouts_dropped", "rollouts_kept", "groups")
 

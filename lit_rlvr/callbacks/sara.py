@@ -139,6 +139,8 @@ class SARA(RolloutAllocator):
             prompt being probed to a full group (false: whenever K rollouts of budget are left).
     """
 
+    fixes_group_size = True  # G is read once at start-up (a batch controller may not change it)
+
     metric_names = (
         "committed", "abandoned", "admitted", "extended", "rollouts", "budget", "budget_used", "groups",
         "undecided", "effective_groups", "group_size_mean", "prompts_drawn", "rounds",

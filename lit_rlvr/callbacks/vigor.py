@@ -68,6 +68,8 @@ class VIGOR(RolloutAllocator):
     It carries no state across steps (its schedule depends only on the step's own rewards).
     """
 
+    fixes_group_size = True  # G is read once at start-up (a batch controller may not change it)
+
     def __init__(self, rounds: int = 4, m0: int = 2, alpha: float = 0.5, gamma: float = 2.0) -> None:
         super().__init__()
         if int(rounds) != rounds or rounds < 1:

@@ -81,7 +81,8 @@ class _TrainPoolStream(IterableDataset):
         while True:
             ids = self.dm.pool_ids(k).tolist()
             self.dm._cursor = self.dm._cut_until = k + 1
-            yield self.dm._collate([records[i] for i in ids], batch_size=self.dm.batch_size_at(k))
+            yield self.dm._collate([records[i] for i in ids], batch_size=self.dm.batch_size_at(k),
+                                   group_size=self.dm.group_size_at(k))
             k += 1
 
 
@@ -182,6 +183,8 @@ class PromptDataModule(L.LightningDataModule):
         self._perms: OrderedDict[int, torch.Tensor] = OrderedDict()
         self._segments: list[tuple[int, int, int, int]] = [(0, 0, 0, self.batch_size)]
         """(first pool, epoch, offset in its permutation, batch size) of each run of equal-sized pools."""
+        self._group_changes: list[tuple[int, int]] = []
+        """(first pool, group size G) of each change of G a batch controller made (none: the configured G)."""
 
     @staticmethod
     def _check_template(template: str) -> None:
@@ -308,6 +311,27 @@ class PromptDataModule(L.LightningDataModule):
         epoch, start, size = self._locate(at_pool - 1)
         self._segments.append((at_pool, epoch, start + size, batch_size))
 
+    def group_size_at(self, k: int) -> int:
+        """G of pool ``k`` as a batch controller set it (``regroup``); 0: the configured ``model.rollout.num_generations``."""
+        return next((g for first, g in reversed(self._group_changes) if first <= k), 0)
+
+    def regroup(self, group_size: int, at_pool: int) -> None:
+        """Pools from ``at_pool`` on carry ``group_size`` rollouts per prompt (``PromptPool.group_size``), as ``resize``
+        carries their batch; the same rules: not before the last change, not a pool already cut."""
+        group_size = int(group_size)
+        if group_size < 2:
+            raise ValueError(f"PromptDataModule.regroup: a group needs at least 2 rollouts, got {group_size}")
+        last = self._group_changes[-1][0] if self._group_changes else 0
+        if at_pool < last:
+            raise ValueError(f"PromptDataModule.regroup: pool {at_pool} precedes the last change (pool {last})")
+        if at_pool < self._cut_until:
+            raise ValueError(f"PromptDataModule.regroup: pool {at_pool} was already cut (the loader cuts one pool ahead); "
+                             f"a change applies from pool {self._cut_until} on: decide a pool ahead")
+        if self._group_changes and self._group_changes[-1][0] == at_pool:
+            self._group_changes.pop()  # a revised decision for a pool not yet cut
+        if self.group_size_at(at_pool) != group_size:
+            self._group_changes.append((int(at_pool), group_size))
+
     @property
     def batch_changes(self) -> list[tuple[int, int, int, int]]:
         """The segments after the first: (first pool, epoch, offset, batch size) of each change."""
@@ -315,7 +339,8 @@ class PromptDataModule(L.LightningDataModule):
 
     def pool(self, k: int) -> PromptPool:
         """Training pool ``k`` as the data loader serves it."""
-        return self._collate([self.train_records[i] for i in self.pool_ids(k).tolist()], batch_size=self.batch_size_at(k))
+        return self._collate([self.train_records[i] for i in self.pool_ids(k).tolist()], batch_size=self.batch_size_at(k),
+                             group_size=self.group_size_at(k))
 
     def draw(self, n: int, key: int, exclude: Optional[torch.Tensor | list[int]] = None) -> PromptPool:
         """``n`` train prompts outside ``exclude``, a pure function of ``(seed, key, exclude)``.
@@ -359,7 +384,7 @@ class PromptDataModule(L.LightningDataModule):
         """The chat messages ``record`` is served with: its own (``PromptRecord.messages``) or templated."""
         return [dict(m) for m in record.messages] if record.messages is not None else self.messages_for(record.question)
 
-    def _collate(self, records: list[PromptRecord], batch_size: int) -> PromptPool:
+    def _collate(self, records: list[PromptRecord], batch_size: int, group_size: int = 0) -> PromptPool:
         return PromptPool(
             ids=torch.tensor([r.id for r in records], dtype=torch.long),
             messages=[self.record_messages(r) for r in records],
@@ -367,6 +392,7 @@ class PromptDataModule(L.LightningDataModule):
             metadata=[dict(r.metadata) for r in records],
             batch_size=batch_size,
             solutions=[r.solution for r in records],
+            group_size=group_size,
         )
 
     def collate_train(self, records: list[PromptRecord]) -> PromptPool:
@@ -433,6 +459,8 @@ class PromptDataModule(L.LightningDataModule):
         state: dict[str, Any] = {"pools_consumed": self._position()}
         if len(self._segments) > 1 or self._segments[0][3] != self.batch_size:
             state["batch_changes"] = torch.tensor(self._segments, dtype=torch.long)
+        if self._group_changes:
+            state["group_changes"] = torch.tensor(self._group_changes, dtype=torch.long)  # [changes, 2]: first pool, G
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -442,3 +470,5 @@ class PromptDataModule(L.LightningDataModule):
         changes = state_dict.get("batch_changes")
         if changes is not None:
             self._segments = [tuple(int(v) for v in row) for row in torch.as_tensor(changes).tolist()]
+        groups = state_dict.get("group_changes")
+        self._group_changes = [] if groups is None else [(int(a), int(b)) for a, b in torch.as_tensor(groups).tolist()]

@@ -77,12 +77,14 @@ def test_next_prompts_limits_the_change_after_rounding_bounds_and_rounds_to_the_
     assert min_growth_factor(2, 64, 1) == 1.5 and min_growth_factor(2, 64, 2) == 2.0 and min_growth_factor(4, 64, 2) == 1.5
 
 
-def _setup(controller, selectors, world=1, batch=4, noise=True):
+def _setup(controller, selectors, world=1, batch=4, noise=True, G=8, split=False):
     resized = []
-    dm = SimpleNamespace(resize=lambda b, at_pool: resized.append((b, at_pool)), batch_size_at=lambda k: batch)
+    dm = SimpleNamespace(resize=lambda b, at_pool: resized.append((b, at_pool)), batch_size_at=lambda k: batch,
+                         regroup=lambda g, at_pool: resized.append(("G", g, at_pool)))
     opt = SimpleNamespace(param_groups=[{"betas": (0.9, 0.99)}])
     module = SimpleNamespace(noise_unmeasurable=lambda: None if noise else "model.noise_scale.enabled is false",
-                             optimizers=lambda: opt)
+                             optimizers=lambda: opt, rollout_settings=SimpleNamespace(num_generations=G),
+                             noise_meter=SimpleNamespace(settings=SimpleNamespace(split_groups=split)))
     trainer = SimpleNamespace(datamodule=dm, world_size=world)
     controller.setup_selection(trainer, module, [controller, *selectors])
     controller._resized, controller._opt = resized, opt
@@ -177,3 +179,64 @@ def test_decisions_read_no_clock(monkeypatch):
     monkeypatch.setattr(ab.time, "perf_counter", lambda: (_ for _ in ()).throw(AssertionError("read the clock")))
     assert not c.measure_costs and c._decide(steady, world=1) == first
     assert c._fixed_cost() == 2.0
+
+
+# ------------------------------------------------------------------ the group-size knob
+
+def test_the_group_knob_is_checked_at_start_up_and_starts_at_the_configured_g():
+    from lit_rlvr.callbacks import VIGOR
+
+    with pytest.raises(ValueError, match="model.noise_scale.split_groups=true"):
+        _setup(AdaptiveBatch(min_group_size=4, max_group_size=16), [])
+    with pytest.raises(ValueError, match="cannot change G with VIGOR, which read G once"):
+        _setup(AdaptiveBatch(min_group_size=3), [VIGOR(rounds=3, m0=2, alpha=1.0, gamma=2.0)], split=True, G=6)
+    with pytest.raises(ValueError, match="num_generations=8 is outside"):
+        _setup(AdaptiveBatch(min_group_size=16, max_group_size=32), [], split=True)
+    with pytest.raises(ValueError, match="max_group_size"):
+        AdaptiveBatch(min_group_size=8, max_group_size=4)
+    c = _setup(AdaptiveBatch(min_group_size=4, max_group_size=16), [], split=True)
+    assert (c.group_size, c.base_group_size, c._ladder) == (8, 8, [4, 8, 16])
+    off = _setup(AdaptiveBatch(), [VIGOR(rounds=3, m0=2, alpha=1.0, gamma=2.0)], G=6)  # no knob: VIGOR is fine
+    assert off.group_size == 0 and off._ladder == [6]
+
+
+def _knob_module(rows, within_share):
+    history = [{"trace_all": t, "g2_all": g, "trace_within_all": within_share * t} for t, g in rows]
+    return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(recent=history)),
+                           rollout_settings=SimpleNamespace(num_generations=8))
+
+
+def test_the_decision_moves_g_by_the_rule_and_aims_the_batch_at_the_projected_noise():
+    c = _setup(AdaptiveBatch(min_group_size=4, max_group_size=16), [], batch=8, split=True)
+    c.share_window = [[1.0, 2.0]] * 4
+    c.subgroup_window = [[2.0, 1.0, 1.0, 1.0]] * 4  # f = 0.5 at G 4, 8 and 16
+    steady = [(100.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)]
+    # no within-group noise: halving G keeps the noise scale and halves a step's rollouts
+    nxt, reason, target, *_, group = c._decide(_knob_module(steady, 0.0), world=1)
+    assert group == 4 and target == pytest.approx(aimed_prompts(100.0, 4, 2.0))
+    # all within groups, f unchanged: N doubles at G 4 (projected), so the aim is sqrt(2 * 200 / 4) = 10
+    c.fixed_cost_rollouts = 1000.0  # a step's fixed cost dominates: the rule doubles G instead
+    *_, group = c._decide(_knob_module(steady, 1.0), world=1)
+    assert group == 16
+    off = _setup(AdaptiveBatch(), [], batch=8)
+    off.share_window = [[1.0, 2.0]] * 4
+    assert off._decide(_module(steady), world=1)[-1] == 0  # no knob: no G decided
+
+
+def test_the_window_holds_f_at_every_rung_from_the_groups_rewards():
+    import torch
+
+    from lit_rlvr.critical_batch.group_rule import subgroup_share
+
+    c = _setup(AdaptiveBatch(min_group_size=4, max_group_size=16), [], split=True)
+    rewards = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0] + [1.0] * 8)  # one group with 1 right of 8, one all right
+
+    class Batch(SimpleNamespace):
+        def __len__(self):
+            return len(self.rewards)
+
+    batch = Batch(prompt_index=torch.tensor([0] * 8 + [1] * 8), rewards=rewards)
+    c.on_rollouts_scored(SimpleNamespace(world_size=1), None, batch)
+    assert c.share_window == [[1.0, 2.0]]
+    assert c.subgroup_window == [[2.0, subgroup_share([7, 1], 4), 1.0, subgroup_share([7, 1], 16)]]
+    assert c.subgroup_window[0][1] == pytest.approx(0.5)  # 4 of 8 hold the right one half the time

@@ -141,3 +141,66 @@ def test_two_ddp_ranks_agree_on_a_batch_divisible_by_two(tmp_path):
     rows = _rows(run)
     assert [int(r["batch/prompts"]) for r in rows] == sizes
     assert [r["rollouts/generated"] for r in rows] == [b // 2 * G for b in sizes]  # this rank's half
+
+
+# ------------------------------------------------------------------ the group-size knob
+
+KNOB = ["--trainer.callbacks.init_args.min_group_size=2", "--trainer.callbacks.init_args.max_group_size=8",
+        "--model.noise_scale.split_groups=true"]
+
+
+def _knob_rows(workdir: Path) -> list[dict[str, float]]:
+    rows = []
+    for path in sorted(glob.glob(str(workdir / "run" / "csv" / "version_*" / "metrics.csv"))):
+        with open(path) as f:
+            rows += [{k: float(r[k]) for k in KEYS + ["batch/group_size"]} for r in csv.DictReader(f) if r.get("rollouts/generated")]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def regrouped(tmp_path_factory) -> Path:
+    """With a step's fixed cost of 1,000 rollouts and at most 8 prompts, the rule doubles G (4 -> 8) as the batch grows."""
+    return _fit(tmp_path_factory.mktemp("adaptive_regrouped"), *FIXED_COSTS, *KNOB, "--trainer.max_steps=6")
+
+
+@pytest.mark.integration
+def test_a_g_change_mid_fit_keeps_rollouts_advantages_and_records_right(regrouped):
+    rows, dump = _knob_rows(regrouped), _dump(regrouped)
+    groups = [int(r["batch/group_size"]) for r in rows]
+    assert groups[0] == G and len(set(groups)) >= 2, f"G never changed: {groups}"
+    (records,) = glob.glob(str(regrouped / "run" / "csv" / "version_*" / "groups.csv"))
+    with open(records) as f:
+        recorded = [(int(r["step"]), int(r["n"])) for r in csv.DictReader(f)]
+    for step, (r, g) in enumerate(zip(rows, groups)):
+        p = int(r["batch/prompts"])
+        assert dump["groups"][step] == g, step  # the step's hooks read G from the pool's context
+        assert r["rollouts/generated"] == p * g, step  # every prompt rolled out G times
+        n = dump["norms"][step]
+        assert n["rows"] == p * g and n["groups"] == p and n["rows_per_group"] == [g] * p, step
+        assert n["max_mean_advantage"] < 1e-5, step  # group-relative advantages within each group of G
+        assert {size for s, size in recorded if s == step} == {g}, step  # groups.csv: n = this step's G
+        # beta2 keeps its half-life in samples: P·G a step against the configured 4 prompts x G 4
+        assert r["batch/beta2"] == pytest.approx(beta2_for(0.99, 4 * G, p * g), rel=1e-6), step
+    assert dump["state"]["group_changes"] >= 1 and dump["group_changes"]
+    assert "; G 8 (configured 4" in (regrouped / "stdout.txt").read_text()
+
+
+@pytest.mark.integration
+def test_a_kill_9_resume_across_a_g_change_is_exact_and_a_repeat_is_identical(regrouped, tmp_path):
+    kill = ["--trainer.callbacks+=tests.fit_callbacks.SignalAtStep", "--trainer.callbacks.step=3", f"--trainer.callbacks.signum={int(signal.SIGKILL)}"]
+    first = _fit(tmp_path / "first", *FIXED_COSTS, *KNOB, "--trainer.max_steps=6", callbacks=tuple(kill), expect=-signal.SIGKILL)
+    (ckpt,) = glob.glob(str(first / "run" / "**" / "last.ckpt"), recursive=True)
+    resumed = _fit(tmp_path / "resumed", *FIXED_COSTS, *KNOB, "--trainer.max_steps=6", f"--ckpt_path={ckpt}")
+    want, got = _knob_rows(regrouped)[2:], _knob_rows(resumed)
+    assert len({r["batch/group_size"] for r in want}) >= 2 or want[0]["batch/group_size"] != G, "no G change after the checkpoint"
+    for key in KEYS + ["batch/group_size"]:
+        assert all((a == b) or (math.isnan(a) and math.isnan(b)) for a, b in zip((r[key] for r in got), (r[key] for r in want))), key
+    a, b = _dump(regrouped), _dump(resumed)
+    assert [b["pools"][s] for s in range(2, 6)] == [a["pools"][s] for s in range(2, 6)]
+    assert_same(a["state"], b["state"])
+    assert a["group_changes"] == b["group_changes"] and a["betas"] == b["betas"]
+    again = _fit(tmp_path / "again", *FIXED_COSTS, *KNOB, "--trainer.max_steps=6")
+    assert _knob_rows(again) == _knob_rows(regrouped) or all(
+        all((x == y) or (math.isnan(x) and math.isnan(y)) for x, y in zip(r.values(), q.values()))
+        for r, q in zip(_knob_rows(again), _knob_rows(regrouped)))
+    assert_same(_dump(again)["state"], a["state"])

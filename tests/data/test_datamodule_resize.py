@@ -75,3 +75,30 @@ def test_the_changes_travel_in_the_state_and_a_pool_already_cut_is_never_changed
     for k in range(1, 25):
         assert resumed.pool_ids(k).tolist() == dm.pool_ids(k).tolist()
     assert next(iter(resumed.train_dataloader())).batch_size == 2
+
+
+def test_a_regroup_sets_the_group_size_pools_carry_and_travels_in_the_state(source):
+    dm = PromptDataModule(source, batch_size=4)
+    assert dm.group_size_at(5) == 0 and dm.pool(5).group_size == 0  # 0: the configured G
+    dm.regroup(8, at_pool=3)
+    dm.regroup(4, at_pool=6)
+    assert [dm.group_size_at(k) for k in (0, 2, 3, 5, 6, 9)] == [0, 0, 8, 8, 4, 4]
+    assert dm.pool(3).group_size == 8 and dm.pool(2).group_size == 0
+    assert dm.pool_ids(4).tolist() == PromptDataModule(source, batch_size=4).pool_ids(4).tolist()  # prompts unchanged
+    dm.regroup(2, at_pool=6)  # a revised decision for the same pool replaces it
+    assert dm.group_size_at(6) == 2 and len(dm._group_changes) == 2
+    with pytest.raises(ValueError, match="precedes the last change"):
+        dm.regroup(8, at_pool=5)
+    with pytest.raises(ValueError, match="at least 2"):
+        dm.regroup(1, at_pool=9)
+    again = PromptDataModule(source, batch_size=4)
+    again.load_state_dict(dm.state_dict())
+    assert [again.group_size_at(k) for k in range(10)] == [dm.group_size_at(k) for k in range(10)]
+    assert "group_changes" not in PromptDataModule(source, batch_size=4).state_dict()  # no change: no key
+    stream = iter(dm.train_dataloader())
+    served = [next(stream) for _ in range(7)]
+    assert [p.group_size for p in served] == [0, 0, 0, 8, 8, 8, 2]
+    with pytest.raises(ValueError, match="already cut"):
+        dm.regroup(16, at_pool=6)  # pool 6 was served: a change applies from pool 7 on
+    dm.regroup(16, at_pool=7)
+    assert next(stream).group_size == 16
