@@ -77,21 +77,20 @@ def subgroup_share(groups: Sequence[Any], m: int) -> float:
     return sum(shares) / len(shares) if shares else math.nan
 
 
-def group_sizes(groups: Sequence[Any], divisors: Sequence[int] = (2, 4)) -> Optional[GroupSizes]:
+def group_sizes(groups: Sequence[Any], divisors: Sequence[int] = (2, 4), tolerance: float = 0.05) -> Optional[GroupSizes]:
     """``GroupSizes`` from ``groups.csv``'s records; None where the lever cannot be priced: no records, groups of
-    unequal size, or a reward whose variance the correct count does not decide (a group is informative exactly when
-    0 < correct < n only if the accuracy reward is the whole reward)."""
-    if not groups:
+    unequal size, or more than ``tolerance`` of the groups with a reward whose variance the correct count does not
+    decide (a group is informative exactly when 0 < correct < n only where the accuracy reward is the whole reward;
+    a partial credit breaks it). Such groups, up to ``tolerance``, are left out of f and f_k."""
+    if not groups or len({g.n for g in groups}) != 1:
         return None
-    sizes = {g.n for g in groups}
-    if len(sizes) != 1:
+    decided = [g for g in groups if (g.reward_min < g.reward_max) == (0 < g.correct < g.n)]
+    if len(decided) < (1 - tolerance) * len(groups):
         return None
-    if any((g.reward_min < g.reward_max) != (0 < g.correct < g.n) for g in groups):
-        return None
-    size = sizes.pop()
-    f = subgroup_share(groups, size)
-    ratios = {k: f / subgroup_share(groups, size // k) for k in divisors
-              if size % k == 0 and size // k >= 2 and subgroup_share(groups, size // k) > 0}
+    size = groups[0].n
+    f = subgroup_share(decided, size)
+    ratios = {k: f / subgroup_share(decided, size // k) for k in divisors
+              if size % k == 0 and size // k >= 2 and subgroup_share(decided, size // k) > 0}
     return GroupSizes(size, ratios) if ratios else None
 
 

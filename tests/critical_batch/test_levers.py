@@ -114,6 +114,10 @@ def test_the_informative_share_of_smaller_groups_is_drawn_without_replacement():
     assert sizes.size == 8 and sizes.share_ratio[2] == pytest.approx(f8 / f4) and 4 in sizes.share_ratio
     assert group_sizes([_G(8, 1), _G(4, 1)]) is None  # unequal groups (an allocator): not priced
     assert group_sizes([_G(8, 0, lo=0.0, hi=0.5)]) is None  # a reward the correct count does not decide
+    # one such group in 20 (a partial credit) is left out; more than 5% of them: not priced
+    mixed = [_G(8, 1)] * 19 + [_G(8, 0, lo=0.0, hi=0.5)]
+    assert group_sizes(mixed).share_ratio == group_sizes([_G(8, 1)] * 19).share_ratio
+    assert group_sizes([_G(8, 1)] * 9 + [_G(8, 0, lo=0.0, hi=0.5)]) is None
     assert 2 not in group_sizes([_G(2, 1)] * 3).share_ratio if group_sizes([_G(2, 1)] * 3) else True
 
 
