@@ -48,3 +48,15 @@ class RecordBatches(pl.Callback):
                     "changes": trainer.datamodule.batch_changes, "groups": self.groups,
                     "group_changes": list(trainer.datamodule._group_changes)},
                    os.path.join(self.out_dir, f"batches_rank{trainer.global_rank}.pt"))
+
+
+class Regroup(pl.Callback):
+    """After step ``step``, the data module serves ``group_size`` rollouts per prompt from the first pool not yet cut
+    (``PromptDataModule.regroup``): a G change mid-fit, as a batch controller makes one."""
+
+    def __init__(self, step: int = 1, group_size: int = 8) -> None:
+        self.step, self.group_size = step, group_size
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if int(pl_module.steps_done) == self.step + 1:  # step `step` has just finished
+            trainer.datamodule.regroup(self.group_size, at_pool=self.step + 2)

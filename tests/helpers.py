@@ -63,3 +63,17 @@ def quarter_reward(completion: str, answer: str, metadata: dict) -> float:
     groups of 4 are all wrong, and a regenerated group is often not, so the cascade both solves
     groups and, now and then, climbs to 1.0 and leaves one unsolved."""
     return float(len(completion) % 4 == 0)
+
+
+def coin_reward(completion: str, answer: str, metadata: dict) -> float:
+    """A fair coin per completion text (its CRC-32's parity): most groups mixed, the same in every process."""
+    import zlib
+
+    return float(zlib.crc32(completion.encode()) % 2)
+
+
+def early_letter_reward(completion: str, answer: str, metadata: dict) -> float:
+    """1 when the completion's first letter (spaces skipped, lower case) sorts before "m": one direction every
+    prompt's gradient shares, so the gradient signal is positive (a batch controller's noise scale is finite), and
+    most groups of the tiny model are mixed."""
+    return float(completion.strip()[:1].lower() < "m")

@@ -2,11 +2,13 @@
 
 The run starts at ``min_prompts``. After every step the controller reads the noise scale N, counted in
 prompt groups (``noise/B_simple_all``: every kept group a unit, so it exists from 2 prompts on), and its
-jackknife standard error over the last ``window`` steps, all from counted work, and aims at the batch that
-reaches a target at the least cost by the critical-batch model: P* = √(φ N / G) prompts, φ a step's fixed cost in rollouts
-(``fixed_cost_rollouts``, measured once with ``lit-rlvr calibrate``; ``batch_rule`` has the derivation). It
-grows only when even N − z·SE aims above the current batch, shrinks only when even N + z·SE aims below it,
-and otherwise holds. Nothing is timed by default, so a fit, its repeat and its resume decide the same.
+interval over the last ``window`` steps, all from counted work, and aims at the batch that reaches a target at
+the least cost by the critical-batch model: P* = √(φ N / G) prompts, φ a step's fixed cost in rollouts
+(``fixed_cost_rollouts``, measured once with ``lit-rlvr calibrate``; ``batch_rule`` has the derivation). N's
+interval is the inverse of the signal-to-noise ratio's, Σ|G|² / Σ tr Σ ± z jackknife errors (finite where Σ|G|²
+is near 0), and a decision waits for ``min_estimates`` steps with two informative groups or more. It grows only
+when even the interval's low end aims above the current batch, shrinks only when even its high end aims below
+it, and otherwise holds. Nothing is timed by default, so a fit, its repeat and its resume decide the same.
 ``measure_costs`` times the fit instead (opt-in: the decisions then depend on the machine's clock).
 
 What a change carries: the decision after step k sets the batch of pool k + 2, the first the loader has
@@ -40,7 +42,7 @@ from lit_rlvr.selection import RolloutAllocator, SelectionCallback
 from lit_rlvr.selection_host import BatchHost
 from lit_rlvr.types import PromptPool, RolloutBatch
 from lit_rlvr.critical_batch.noise_scale import RECENT_STEPS
-from lit_rlvr.critical_batch.run_noise_scale import run_noise_scale
+from lit_rlvr.critical_batch.run_noise_scale import ratio_of_sums, run_noise_scale
 
 __all__ = ["AdaptiveBatch", "DEFAULT_FIXED_COST_ROLLOUTS"]
 
@@ -71,6 +73,10 @@ class AdaptiveBatch(SelectionCallback):
         warmup_steps: steps held at ``min_prompts`` before any decision, estimates or not.
         multiple: aim the informative batch at this multiple of N instead of the cost-optimal k*.
         ema: decay of the measured costs' moving averages (``measure_costs`` only).
+        interval: "signal" (default): N's interval is the inverse of the signal-to-noise ratio's, Σ|G|² / Σ tr Σ
+            over the window ± z jackknife errors, which stays finite where Σ|G|² is near or below 0, and
+            ``min_estimates`` counts steps with two informative groups or more; "noise": N's own jackknife interval,
+            every step with an estimate counts, and a window with Σ|G|² <= 0 grows (the second design).
         min_group_size, max_group_size: bounds on G (at least 2); None: the configured
             ``model.rollout.num_generations``. When they allow another G, G is a second knob, halved or
             doubled by ``critical_batch.group_rule`` (needs ``model.noise_scale.split_groups: true``).
@@ -100,6 +106,7 @@ class AdaptiveBatch(SelectionCallback):
         ema: float = 0.9,
         min_group_size: Optional[int] = None,
         max_group_size: Optional[int] = None,
+        interval: str = "signal",
     ) -> None:
         def whole(name: str, v: Any, least: int) -> int:
             if int(v) != v or v < least:
@@ -111,6 +118,9 @@ class AdaptiveBatch(SelectionCallback):
         self.window = whole("window", window, 2)
         self.min_estimates = whole("min_estimates", min_estimates, 2)
         self.warmup_steps = whole("warmup_steps", warmup_steps, 0)
+        if interval not in ("signal", "noise"):
+            raise ValueError(f"AdaptiveBatch: `interval` must be 'signal' or 'noise', got {interval!r}")
+        self.interval = interval
         self.min_group_size = None if min_group_size is None else whole("min_group_size", min_group_size, 2)
         self.max_group_size = None if max_group_size is None else whole("max_group_size", max_group_size, 2)
         if self.min_group_size is not None and self.max_group_size is not None and self.max_group_size < self.min_group_size:
@@ -315,20 +325,32 @@ class AdaptiveBatch(SelectionCallback):
         rows = [r for r in pl_module.noise_meter.tracker.recent if math.isfinite(r.get("g2_all", math.nan))]
         rows = rows[-self.window:]
         f, phi = self.share, self._fixed_cost()
-        if len(rows) < self.min_estimates or not (f > 0) or not math.isfinite(phi):
+        # only a step with two informative groups or more says anything about the signal (|G|² is 0 exactly otherwise)
+        evidence = len(rows) if self.interval == "noise" else sum(r.get("units_informative", 0.0) >= 2 for r in rows)
+        if evidence < self.min_estimates or not (f > 0) or not math.isfinite(phi):
             return hold(2)
         b_noise, se = run_noise_scale(rows, "all")
         limits = dict(min_prompts=self.min_prompts, max_prompts=self.max_prompts, max_change=self.max_change, world_size=world)
-        if not math.isfinite(b_noise):  # Σ|G|² <= 0 over the window: the signal is below its noise, far below N
-            return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, math.nan,
-                    *costs, self.group_size)
+        if self.interval == "noise":  # N's own jackknife interval
+            if not math.isfinite(b_noise):  # Σ|G|² <= 0 over the window: taken as far below N, so it grows
+                return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, math.nan,
+                        *costs, self.group_size)
+            spread = self.z * (se if math.isfinite(se) else math.inf)
+            ends = (b_noise - spread, b_noise, b_noise + spread)
+        else:
+            ends = signal_interval(rows, self.z)
+            if ends is None:
+                return hold(2)
+            if ends[0] == math.inf:  # even the signal's upper end is <= 0: confidently noise-dominated, so it grows
+                return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, float(se),
+                        *costs, self.group_size)
         G = self.group_size or int(pl_module.rollout_settings.num_generations)
-        spread = self.z * (se if math.isfinite(se) else math.inf)
-        ends = (b_noise - spread, b_noise, b_noise + spread)
         new_g = self._next_group(rows, G, ends, phi, world) if self.group_size else G
         if new_g != G:  # the batch rule aims at the noise scale projected to the new G
             ends = self._projected(rows, G, new_g, ends)
         aim = lambda n: aimed_prompts(n, new_g, phi, self.multiple, f, self._refills)  # noqa: E731
+        if self.interval == "signal":
+            aim = lambda n, a=aim: math.inf if n == math.inf else a(n)  # noqa: E731
         target, low, high = aim(ends[1]), aim(ends[0]), aim(ends[2])
         if low > self.prompts:
             nxt, reason = next_prompts(self.prompts, target, **limits), 4
@@ -392,6 +414,18 @@ class AdaptiveBatch(SelectionCallback):
                  if self.group_size else "")
         return (f"  batch controller      ended at {last} prompts/step{nxt} (started at {self.start_prompts}, "
                 f"{self.changes} changes{group}): {why}")
+
+
+def signal_interval(rows: list[dict[str, float]], z: float) -> Optional[tuple[float, float, float]]:
+    """(N at the signal's upper end, N, N at its lower end) from the window's signal-to-noise ratio
+    s = Σ|G|² / Σ tr Σ ± z jackknife errors, N = 1/s; an end where s is <= 0 is inf. None without two steps or with
+    Σ tr Σ <= 0. With the error unknown: (0, N, inf)."""
+    s, se = ratio_of_sums([(r["g2_all"], r["trace_all"]) for r in rows])
+    if not math.isfinite(s):
+        return None
+    spread = z * se if math.isfinite(se) else math.inf
+    inverse = lambda v: 1.0 / v if v > 0 else math.inf  # noqa: E731
+    return inverse(s + spread), inverse(s), inverse(s - spread)
 
 
 def _value_counts(rewards: torch.Tensor) -> list[int]:

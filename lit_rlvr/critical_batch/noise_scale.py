@@ -101,7 +101,10 @@ def unit_estimates(step: StepMoments, K: int, adam: bool = False) -> Optional[tu
     scale = float(step.units_all) ** 2
     m = scale * sum_sq / K  # mean_j |u_j|²
     q = scale * sq_sum / K**2  # |mean_j u_j|²
-    return unbiased_estimates(m, q, K)
+    g2, trace = unbiased_estimates(m, q, K)
+    if step.units_informative < 2:  # at most one unit is not 0: m = K q, so |G|² is 0 exactly; computed, it is
+        g2 = 0.0  # roundoff of either sign (±1e-10 seen), which a sum over steps must not read as signal or noise
+    return g2, trace
 
 
 SETS = {"informative": lambda s: s.units_informative, "all": lambda s: s.units_all}

@@ -123,14 +123,15 @@ def test_start_up_checks_name_the_fix():
 
 def _module(rows, G=8):
     """A module whose noise meter has the per-step (tr Sigma, |G|^2) rows ``rows``."""
-    history = [{"trace_all": t, "g2_all": g} for t, g in rows]
+    history = [{"trace_all": t, "g2_all": g, "units_informative": 2.0} for t, g in rows]
     return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(recent=history)),
                            rollout_settings=SimpleNamespace(num_generations=G))
 
 
 def test_it_grows_only_when_the_low_end_of_the_noise_scale_says_so():
-    """phi 2, G 8: P* = sqrt(N / 4). Steady N = 100 prompt groups (P* = 5): grows from 2 toward 5 by at most 1.5x."""
-    c = _setup(AdaptiveBatch(), [], batch=8)
+    """N's own interval (``interval="noise"``). phi 2, G 8: P* = sqrt(N / 4). Steady N = 100 prompt groups (P* = 5):
+    grows from 2 toward 5 by at most 1.5x."""
+    c = _setup(AdaptiveBatch(interval="noise"), [], batch=8)
     c.share_window = [[1.0, 2.0]] * 4  # f = 0.5
     steady = _module([(100.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
     nxt, reason, target, low, high, n, se, *_ = c._decide(steady, world=1)
@@ -144,6 +145,36 @@ def test_it_grows_only_when_the_low_end_of_the_noise_scale_says_so():
     c.prompts = 4
     small = _module([(4.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
     assert c._decide(small, world=1)[:2] == (3, _REASONS.index("shrink"))
+
+
+def test_the_signal_interval_counts_informative_steps_and_holds_where_the_signal_is_unsure():
+    """The default: N's interval from the signal-to-noise ratio s = sum |G|^2 / sum tr Sigma +- z SE, decided only
+    once 3 steps of the window had two informative groups or more."""
+    from lit_rlvr.callbacks.adaptive_batch import signal_interval
+
+    c, old = _setup(AdaptiveBatch(), [], batch=8), _setup(AdaptiveBatch(interval="noise"), [], batch=8)
+    c.share_window = old.share_window = [[1.0, 2.0]] * 6
+    # one step with two informative groups pointing apart, then steps with one (|G|^2 exactly 0): N's own interval
+    # reads the window as noise-dominated and grows; the signal interval has 1 step of evidence and holds
+    lone = _module([(40.0, -0.5)] + [(20.0, 0.0)] * 5)
+    for r in lone.noise_meter.tracker.recent[1:]:
+        r["units_informative"] = 1.0
+    assert old._decide(lone, world=1)[:2] == (3, _REASONS.index("noise-dominated"))
+    assert c._decide(lone, world=1)[:2] == (2, _REASONS.index("no estimate"))
+    # a noisy signal around 0: its upper end is above 0, so N's low end is finite
+    noisy = _module([(40.0, 0.5), (40.0, -1.5), (40.0, 0.4), (40.0, -0.2)])
+    low_n, n, high_n = signal_interval(noisy.noise_meter.tracker.recent, 1.0)
+    assert 0 < low_n < math.inf and n == math.inf == high_n
+    confident = _module([(40.0, -1.0), (40.0, -1.2), (40.0, -0.9), (40.0, -1.1)])
+    assert c._decide(confident, world=1)[:2] == (3, _REASONS.index("noise-dominated"))
+    steady = _module([(100.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
+    nxt, reason, target, *_ = c._decide(steady, world=1)
+    assert (nxt, _REASONS[reason]) == (3, "grow") and target == pytest.approx(5.0)
+    tight = _module([(4.0 * g, g) for g in (1.0, 1.1, 0.9, 1.05)])
+    c.prompts = 4
+    assert c._decide(tight, world=1)[:2] == (3, _REASONS.index("shrink"))
+    with pytest.raises(ValueError, match="interval"):
+        AdaptiveBatch(interval="wide")
 
 
 def test_it_holds_without_an_estimate_and_grows_when_noise_dominates():
@@ -201,7 +232,7 @@ def test_the_group_knob_is_checked_at_start_up_and_starts_at_the_configured_g():
 
 
 def _knob_module(rows, within_share):
-    history = [{"trace_all": t, "g2_all": g, "trace_within_all": within_share * t} for t, g in rows]
+    history = [{"trace_all": t, "g2_all": g, "trace_within_all": within_share * t, "units_informative": 2.0} for t, g in rows]
     return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(recent=history)),
                            rollout_settings=SimpleNamespace(num_generations=8))
 

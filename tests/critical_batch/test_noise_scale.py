@@ -415,3 +415,14 @@ def test_a_fit_with_the_split_logs_the_within_part_and_trains_as_without_it(tmp_
     assert 0 < within  # the prompt part is not split (shared prefix here), so it counts in the between part
     for key in ("all", "informative"):  # smoothed with the same |G|² average as B_simple: NaN exactly when it is
         assert math.isfinite(float(last[f"noise/B_within_{key}"])) == math.isfinite(float(last[f"noise/B_simple_{key}"]))
+
+
+def test_a_step_with_one_informative_group_has_no_signal_exactly():
+    """With at most one non-zero unit |G|^2 is 0 exactly; the sums, computed two ways in float, leave +-1e-10."""
+    from lit_rlvr.critical_batch.noise_scale import unit_estimates
+
+    one = StepMoments(units_all=2, units_informative=1, sum_sq=0.25 + 3e-12, sq_sum=0.25)
+    g2, trace = unit_estimates(one, 2)
+    assert g2 == 0.0 and trace == pytest.approx(0.5)
+    two = StepMoments(units_all=2, units_informative=2, sum_sq=0.25 + 3e-12, sq_sum=0.25)
+    assert unit_estimates(two, 2)[0] != 0.0  # two informative groups: the estimate as computed
