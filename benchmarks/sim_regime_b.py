@@ -1,5 +1,5 @@
 """The simulator checked against regime B: fit it to plain GRPO's runs, then compare its ranking
-of strategies with the real grid's (docs/benchmarks.md, "The simulator against regime B").
+of strategies with the real grid's (docs/benchmarks/regime_b.md, "The simulator against regime B").
 
     OMP_NUM_THREADS=1 python benchmarks/sim_regime_b.py --out docs/results/sim_regime_b
     OMP_NUM_THREADS=1 python benchmarks/sim_regime_b.py --out docs/results/sim_regime_b --reuse-fit   # new real cells only

@@ -434,7 +434,7 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
         "below 1.0, with the setting that runs it; \"keep this setting\" when every interval is above 1.0; "
         "\"undecided\" otherwise. Bounds are context. The interval leaves out the critical-batch model's own error: "
         "on this project's benchmarks a smaller prompt batch paid more than the model predicted and pre-selection "
-        "did not pay where it predicted a saving (docs/benchmarks.md, \"The critical-batch model against the grids\").", "",
+        "did not pay where it predicted a saving (docs/benchmarks/critical_batch.md, \"The critical-batch model against the grids\").", "",
         "## Where the rollouts went", "",
         f"{s.rollouts} rollouts in {s.groups} groups over {len(s.epochs)} epoch(s). "
         "Shares are of each epoch's rollouts.", "",
