@@ -152,11 +152,16 @@ class GRPOModule(PolicyModule):
 
     # ------------------------------------------------------------------ stage helpers
 
+    @property
+    def group_size(self) -> int:
+        """G, the configured rollouts per prompt (``SelectionHost.group_size``)."""
+        return int(self.rollout_settings.num_generations)
+
     def step_context(self, pool: Optional[PromptPool] = None) -> StepContext:
         """Where this step is in the run: the context every record a hook receives carries (G: the pool's, where a
         batch controller set one, else the configured)."""
         world = int(self._trainer.world_size) if self._trainer is not None else 1
-        group = pool.group_size if pool is not None and pool.group_size else self.rollout_settings.num_generations
+        group = pool.group_size if pool is not None and pool.group_size else self.group_size
         return StepContext(int(self.steps_done), int(self.seed), int(self.global_rank), world, int(group))
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

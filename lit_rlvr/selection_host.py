@@ -36,7 +36,12 @@ class SelectionHost(Protocol):
     """Name of the reward whose score >= 1 counts as "correct" (``model.accuracy_reward``)."""
 
     rollout_settings: Any
-    """``RolloutSettings`` (read only): group size, sampling and ``max_new_tokens``, for set-up checks."""
+    """``RolloutSettings`` (read only): sampling and ``max_new_tokens``, for set-up checks."""
+
+    @property
+    def group_size(self) -> int:
+        """G, the configured rollouts per prompt (``model.rollout.num_generations``), for set-up checks; a step's own
+        G is its record's ``group_size`` (a batch controller may change it)."""
 
     @property
     def hidden_size(self) -> int:
@@ -91,8 +96,9 @@ class BatchHost(Protocol):
     steps_done: int
     """Optimizer steps completed (the next step's index)."""
 
-    rollout_settings: Any
-    """``RolloutSettings`` (read only): the group size."""
+    @property
+    def group_size(self) -> int:
+        """G, the configured rollouts per prompt (``model.rollout.num_generations``)."""
 
     device: torch.device
     """Where the module's tensors live (for the ranks' reductions)."""

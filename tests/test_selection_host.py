@@ -120,7 +120,7 @@ class Method:
 
 def test_the_protocol_is_short_and_names_what_methods_ask_for():
     assert host_members() == {
-        "accuracy_reward", "rollout_settings", "hidden_size", "lockstep", "render_prompt",
+        "accuracy_reward", "rollout_settings", "group_size", "hidden_size", "lockstep", "render_prompt",
         "generate_and_score", "completion_logprobs", "last_hidden_states",
     }
 

@@ -215,7 +215,7 @@ class AdaptiveBatch(SelectionCallback):
     def _setup_group_knob(self, pl_module: BatchHost, selectors: list[SelectionCallback]) -> None:
         """The ladder of group sizes; with more than one, the start-up checks of the G knob and its start (the
         configured G)."""
-        configured = int(pl_module.rollout_settings.num_generations)
+        configured = int(pl_module.group_size)
         low, high = self.min_group_size or configured, self.max_group_size or configured
         if not low <= configured <= high:
             raise ValueError(f"AdaptiveBatch: model.rollout.num_generations={configured} is outside [min_group_size={low}, "
@@ -344,7 +344,7 @@ class AdaptiveBatch(SelectionCallback):
             if ends[0] == math.inf:  # even the signal's upper end is <= 0: confidently noise-dominated, so it grows
                 return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, float(se),
                         *costs, self.group_size)
-        G = self.group_size or int(pl_module.rollout_settings.num_generations)
+        G = self.group_size or int(pl_module.group_size)
         new_g = self._next_group(rows, G, ends, phi, world) if self.group_size else G
         if new_g != G:  # the batch rule aims at the noise scale projected to the new G
             ends = self._projected(rows, G, new_g, ends)

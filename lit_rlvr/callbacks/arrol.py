@@ -188,7 +188,7 @@ class ARRoL(RolloutPruner):
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
         self.resolve_detect_tokens(int(pl_module.rollout_settings.max_new_tokens))
         super().setup_selection(trainer, pl_module, selectors)  # one pruner, composable; detect_tokens < max_new_tokens
-        group, least = int(pl_module.rollout_settings.num_generations), self.min_keep
+        group, least = int(pl_module.group_size), self.min_keep
         if self.keep_ratio * group < least:
             raise ValueError(
                 f"ARRoL.keep_ratio={self.keep_ratio} × model.rollout.num_generations={group} = {self.keep_ratio * group:g} < {least}: "

@@ -148,7 +148,7 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
 
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
-        G = int(pl_module.rollout_settings.num_generations)
+        G = int(pl_module.group_size)
         self.pilot_size = self.pilot_size_setting if self.pilot_size_setting is not None else G // 4
         if not 1 <= self.pilot_size < G:
             raise ValueError(

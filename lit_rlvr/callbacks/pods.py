@@ -121,7 +121,7 @@ class PODS(RolloutFilter):
 
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
-        group_size = int(pl_module.rollout_settings.num_generations)
+        group_size = int(pl_module.group_size)
         if self.num_keep > group_size:
             raise ValueError(
                 f"PODS.num_keep={self.num_keep} is larger than model.rollout.num_generations={group_size}: "

@@ -197,7 +197,7 @@ class SARA(RolloutAllocator):
 
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
-        G = int(pl_module.rollout_settings.num_generations)
+        G = int(pl_module.group_size)
         if G <= self.probe_size:
             raise ValueError(
                 f"SARA(probe_size={self.probe_size}) probes each prompt with K rollouts before completing a group of "

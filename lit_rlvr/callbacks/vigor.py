@@ -101,7 +101,7 @@ class VIGOR(RolloutAllocator):
 
     @override
     def setup_selection(self, trainer: pl.Trainer, pl_module: SelectionHost, selectors: list[SelectionCallback]) -> None:
-        G = int(pl_module.rollout_settings.num_generations)
+        G = int(pl_module.group_size)
         avg = self.budget_per_prompt
         if not math.isclose(avg, G, rel_tol=0.0, abs_tol=1e-9):
             raise ValueError(

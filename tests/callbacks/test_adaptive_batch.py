@@ -83,7 +83,7 @@ def _setup(controller, selectors, world=1, batch=4, noise=True, G=8, split=False
                          regroup=lambda g, at_pool: resized.append(("G", g, at_pool)))
     opt = SimpleNamespace(param_groups=[{"betas": (0.9, 0.99)}])
     module = SimpleNamespace(noise_unmeasurable=lambda: None if noise else "model.noise_scale.enabled is false",
-                             optimizers=lambda: opt, rollout_settings=SimpleNamespace(num_generations=G),
+                             optimizers=lambda: opt, rollout_settings=SimpleNamespace(num_generations=G), group_size=G,
                              noise_meter=SimpleNamespace(settings=SimpleNamespace(split_groups=split)))
     trainer = SimpleNamespace(datamodule=dm, world_size=world)
     controller.setup_selection(trainer, module, [controller, *selectors])
@@ -125,7 +125,7 @@ def _module(rows, G=8):
     """A module whose noise meter has the per-step (tr Sigma, |G|^2) rows ``rows``."""
     history = [{"trace_all": t, "g2_all": g, "units_informative": 2.0} for t, g in rows]
     return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(recent=history)),
-                           rollout_settings=SimpleNamespace(num_generations=G))
+                           rollout_settings=SimpleNamespace(num_generations=G), group_size=G)
 
 
 def test_it_grows_only_when_the_low_end_of_the_noise_scale_says_so():
@@ -234,7 +234,7 @@ def test_the_group_knob_is_checked_at_start_up_and_starts_at_the_configured_g():
 def _knob_module(rows, within_share):
     history = [{"trace_all": t, "g2_all": g, "trace_within_all": within_share * t, "units_informative": 2.0} for t, g in rows]
     return SimpleNamespace(noise_meter=SimpleNamespace(tracker=SimpleNamespace(recent=history)),
-                           rollout_settings=SimpleNamespace(num_generations=8))
+                           rollout_settings=SimpleNamespace(num_generations=8), group_size=8)
 
 
 def test_the_decision_moves_g_by_the_rule_and_aims_the_batch_at_the_projected_noise():

@@ -237,7 +237,7 @@ def test_cold_start_and_random_control_keep_seeded_random_subsets_of_the_same_si
 
 def _setup(arrol, others=(), max_new=16, group=8):
     module = SimpleNamespace(
-        rollout_settings=SimpleNamespace(max_new_tokens=max_new, num_generations=group),
+        rollout_settings=SimpleNamespace(max_new_tokens=max_new, num_generations=group), group_size=group,
         lockstep=False, hidden_size=0,
     )
     selectors = [arrol, *others]

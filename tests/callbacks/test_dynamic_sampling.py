@@ -57,7 +57,7 @@ def drive(allocator, pool, group_size, reward_of, step=0, seed=0, drawer=None):
 
 
 def module(step=0, seed=0):
-    return SimpleNamespace(steps_done=step, seed=seed, rollout_settings=SimpleNamespace(num_generations=4))
+    return SimpleNamespace(steps_done=step, seed=seed, rollout_settings=SimpleNamespace(num_generations=4), group_size=4)
 
 
 MIXED = lambda pid, j: float(j % 2)  # noqa: E731  1/0/1/0: effective

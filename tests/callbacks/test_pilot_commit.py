@@ -170,7 +170,7 @@ def fake_trainer(epoch_steps=EPOCH_STEPS):
 
 
 def fake_host(logprob=-0.5):
-    return SimpleNamespace(rollout_settings=SimpleNamespace(num_generations=G), lockstep=False,
+    return SimpleNamespace(rollout_settings=SimpleNamespace(num_generations=G), group_size=G, lockstep=False,
                            completion_logprobs=lambda prompts, comps: torch.full((len(comps), max(map(len, comps))), logprob))
 
 
@@ -404,7 +404,7 @@ def test_bad_settings_fail_at_start_naming_the_flag():
         PilotCommit(pilot_size=32).setup_selection(fake_trainer(), fake_host(), [])
     with pytest.raises(ValueError, match="accuracy_band"):
         PilotCommit(accuracy_band=(0.8, 0.2))
-    lockstep = SimpleNamespace(rollout_settings=SimpleNamespace(num_generations=G), lockstep=True)
+    lockstep = SimpleNamespace(rollout_settings=SimpleNamespace(num_generations=G), group_size=G, lockstep=True)
     with pytest.raises(ValueError, match="importance_correction: false"):
         PilotCommit(importance_correction=True).setup_selection(fake_trainer(), lockstep, [])
     assert PilotBuffer().select(0) == []

@@ -30,7 +30,7 @@ def make_batch(prompt_index, rewards, pool_ids=None, keep=None):
 
 
 def module(steps_done=0, seed=0, num_generations=8):
-    return SimpleNamespace(steps_done=steps_done, seed=seed, rollout_settings=SimpleNamespace(num_generations=num_generations))
+    return SimpleNamespace(steps_done=steps_done, seed=seed, rollout_settings=SimpleNamespace(num_generations=num_generations), group_size=num_generations)
 
 
 def brute_force_best_variance(rewards: np.ndarray, m: int) -> float:

@@ -183,7 +183,7 @@ def test_last_round_issues_commits_only():
 
 def test_setup_rejects_probe_not_smaller_than_G():
     with pytest.raises(ValueError, match="probe_size.*model.rollout.num_generations"):
-        SARA(probe_size=4).setup_selection(None, SimpleNamespace(rollout_settings=SimpleNamespace(num_generations=4)), [])
+        SARA(probe_size=4).setup_selection(None, SimpleNamespace(rollout_settings=SimpleNamespace(num_generations=4), group_size=4), [])
 
 
 # ---------------------------------------------------------------- persistence

@@ -22,7 +22,7 @@ def make_pool(n, batch_size):
 
 
 def module(G=8):
-    return SimpleNamespace(steps_done=0, seed=0, rollout_settings=SimpleNamespace(num_generations=G))
+    return SimpleNamespace(steps_done=0, seed=0, rollout_settings=SimpleNamespace(num_generations=G), group_size=G)
 
 
 def drive(alloc, state, reward_fn):
