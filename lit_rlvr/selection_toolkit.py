@@ -49,6 +49,7 @@ __all__ = [
     "save_value",
     "seed_value",
     "seeded_generator",
+    "seeded_uniform",
     "selector_name",
     "table_state",
     "top_positions",
@@ -102,6 +103,37 @@ def seeded_generator(seed: int, step: int, prompt_id: int = -1, salt: str = "") 
     gen = torch.Generator()
     gen.manual_seed(seed_value(seed, step, prompt_id, salt))
     return gen
+
+
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+_MIX1 = _U64(0xBF58476D1CE4E5B9)
+_MIX2 = _U64(0x94D049BB133111EB)
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    z = z ^ (z >> _U64(30))
+    z = z * _MIX1
+    z = z ^ (z >> _U64(27))
+    z = z * _MIX2
+    return z ^ (z >> _U64(31))
+
+
+def seeded_uniform(seed: int, step: int, prompt_ids: Any, salt: str = "") -> np.ndarray:
+    """[n] float64 uniforms in [0, 1), one per prompt id: a pure function of (seed, step, id, salt).
+
+    The key comes from ``seeded_generator(seed, step, -1, salt)``; each id is mixed with it by
+    splitmix64, so the draw for a prompt does not depend on which other prompts are drawn
+    with it (nor their order), on any rank, before or after a resume.
+    """
+    gen = seeded_generator(seed, step, -1, salt)
+    key = _U64(int(torch.randint(0, 2**62, (1,), generator=gen)))
+    ids = np.asarray(prompt_ids, dtype=np.int64).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = _splitmix64(ids * _GOLDEN + key)
+        z = _splitmix64(z ^ key)
+    return (z >> _U64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 def data_order_generator(*parts: int) -> torch.Generator:

@@ -8,7 +8,8 @@ import torch
 
 from lit_rlvr.selection import RolloutState
 from lit_rlvr.callbacks.dynamic_sampling import DynamicSampling, effective_groups, refill_size
-from lit_rlvr.callbacks.greso import GRESO, seeded_uniform
+from lit_rlvr.callbacks.greso import GRESO
+from lit_rlvr.selection_toolkit import seeded_uniform
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 from tests.callbacks.fixtures import with_context
 

@@ -35,7 +35,7 @@ Dynamics (every constant is a ``SimConfig`` field)
   above 0.95), clipped to [min_pass, 1 − min_pass]; its latent difficulty is d_i = −logit(p0_i).
 * **Success.** P(correct_i) = sigmoid(skill + bonus_i − d_i), skill starting at 0. The
   k-th rollout of prompt i at step t is correct iff u(seed, t, i, k) < P(correct_i), with u a
-  seeded uniform (``greso.seeded_uniform``, splitmix64): outcomes are a pure function of
+  seeded uniform (``selection_toolkit.seeded_uniform``, splitmix64): outcomes are a pure function of
   (seed, step, prompt, k), which is what lets the oracle peek at them before rollout.
 * **Learning.** After each step, from the rollouts that entered the gradient (kept, with a
   non-zero advantage), grouped by prompt: skill ← skill + eta · Σ_g w_g / B, w_g by ``signal``

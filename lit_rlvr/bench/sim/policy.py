@@ -8,7 +8,7 @@ import numpy as np
 from lit_rlvr.bench.sim.config import MAX_ROLLOUTS_PER_PROMPT, SimConfig, logit, sigmoid
 from lit_rlvr.bench.sim.learning import group_weights
 from lit_rlvr.bench.sim.profile import DifficultyProfile
-from lit_rlvr.callbacks.greso import seeded_uniform
+from lit_rlvr.selection_toolkit import seeded_uniform
 
 __all__ = ["SimPolicy"]
 
