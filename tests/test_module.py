@@ -17,21 +17,16 @@ from lit_rlvr.module import GRPOModule, LossSettings, RolloutSettings
 from lit_rlvr.policy import LoraSettings, PolicyConfig
 from lit_rlvr.rewards import CallableReward
 from lit_rlvr.update import Updater
+from tests.metrics_files import step_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 PARITY = ["--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:parity_reward"]
 
 
-def _metrics(run_dir: str) -> list[dict[str, str]]:
-    (path,) = glob.glob(os.path.join(run_dir, "csv", "version_*", "metrics.csv"))
-    with open(path) as f:
-        return [row for row in csv.DictReader(f) if row.get("rollouts/generated")]
-
-
 def test_tiny_config_fits_end_to_end(tmp_path):
     main(["fit", "--config", TINY])  # runs under the test's tmp dir (conftest chdir)
-    rows = _metrics("runs/tiny")
+    rows = step_rows("runs/tiny")
     assert len(rows) == 4  # max_steps
     # 4 prompts × G = 4 rollouts per step, counted exactly and cumulatively.
     assert [float(r["rollouts/generated"]) for r in rows] == [16.0] * 4
@@ -147,7 +142,7 @@ def test_parameters_change_after_a_step(tmp_path, lora):
 @pytest.mark.integration  # an end-to-end fit, 19-56 s on 2 loaded cores: in the end-to-end suite
 def test_a_raising_reward_is_counted_and_scored_zero(tmp_path):
     main(["fit", "--config", TINY, "--trainer.max_steps=2", "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:always_raises"])
-    rows = _metrics("runs/tiny")
+    rows = step_rows("runs/tiny")
     assert [float(r["rewards/errors"]) for r in rows] == [16.0, 16.0]  # every call of the broken reward, every step
     assert float(rows[-1]["cumulative/reward_errors"]) == 32.0
     assert float(rows[-1]["reward/always_raises"]) == 0.0
@@ -158,7 +153,7 @@ def test_a_step_with_every_prompt_skipped_generates_nothing_and_the_run_goes_on(
     # GRESO can skip a whole pool when Dynamic Sampling has nothing left to refill with
     main(["fit", "--config", TINY, "--trainer.max_steps=3", "--trainer.limit_val_batches=0", *PARITY,
           "--trainer.callbacks+=tests.fit_callbacks.SkipEveryPrompt", "--trainer.callbacks.steps=[1]"])
-    rows = _metrics("runs/tiny")
+    rows = step_rows("runs/tiny")
     assert [float(r["rollouts/generated"]) for r in rows] == [16.0, 0.0, 16.0]
     assert float(rows[-1]["cumulative/rollouts_generated"]) == 32.0
     # the empty step says it had no rewards (not the previous step's values)
@@ -183,8 +178,8 @@ def test_resume_continues_where_the_run_stopped(tmp_path):
     first = _fit(tmp_path, "first", 2)
     (ckpt,) = glob.glob(os.path.join(first, "**", "last.ckpt"), recursive=True)
     resumed = _fit(tmp_path, "resumed", 4, ckpt=ckpt)
-    a = _metrics(straight)
-    b = _metrics(first) + _metrics(resumed)
+    a = step_rows(straight)
+    b = step_rows(first) + step_rows(resumed)
     assert len(b) == 4
     for key in ["reward/mean", "tokens/generated", "cumulative/rollouts_generated", "train/loss"]:
         assert [float(r[key]) for r in a] == pytest.approx([float(r[key]) for r in b], rel=1e-4, abs=1e-6), key

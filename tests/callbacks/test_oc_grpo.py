@@ -16,7 +16,7 @@ import torch
 from lit_rlvr.callbacks import OCGRPO, GroupReviser
 from lit_rlvr.callbacks.oc_guidance import Attempt, climb_cascade, guided_messages, importance_weights, solution_prefix
 from lit_rlvr.cli import main
-from lit_rlvr.collate import TrainingTensors, collate_rollouts, policy_logprobs
+from lit_rlvr.collate import collate_rollouts
 from lit_rlvr.data import HFDatasetSource, PromptDataModule, ReasoningGymSource
 from lit_rlvr.data.solutions import worked_arithmetic
 from lit_rlvr.losses import Normalizer, aggregate, clipped_surrogate
@@ -32,6 +32,7 @@ from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 
 from tests.callbacks.fixtures import at_step
 from tests.assertions import assert_same
+from tests.metrics_files import step_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -384,14 +385,6 @@ FIT = [
 ]
 
 
-def _metrics(run_dir):
-    import csv
-
-    (path,) = glob.glob(os.path.join(run_dir, "csv", "version_*", "metrics.csv"))
-    with open(path) as f:
-        return [row for row in csv.DictReader(f) if row.get("rollouts/generated")]
-
-
 def _fit(workdir, steps, ckpt=None):
     workdir.mkdir(parents=True, exist_ok=True)
     os.chdir(workdir)
@@ -403,7 +396,7 @@ def _fit(workdir, steps, ckpt=None):
 @pytest.mark.integration
 def test_tiny_fit_guides_counts_and_resumes_with_the_same_decisions(tmp_path):
     straight = _fit(tmp_path / "straight", 4)
-    rows = _metrics(str(tmp_path / "straight" / "runs" / "tiny"))
+    rows = step_rows(str(tmp_path / "straight" / "runs" / "tiny"))
     assert len(rows) == 4
     guided = sum(float(r["oc/guided_groups"]) for r in rows)
     assert guided > 0, "no group was guided in 4 steps"
@@ -420,7 +413,7 @@ def test_tiny_fit_guides_counts_and_resumes_with_the_same_decisions(tmp_path):
     (ckpt,) = glob.glob(str(tmp_path / "first" / "**" / "last.ckpt"), recursive=True)
     resumed = _fit(tmp_path / "resumed", 4, ckpt=ckpt)
     assert_same(straight["states"], resumed["states"])  # per-prompt guidance table, fractions, totals
-    again = _metrics(str(tmp_path / "resumed" / "runs" / "tiny"))
+    again = step_rows(str(tmp_path / "resumed" / "runs" / "tiny"))
     for key in ("oc/guided_groups", "oc/mean_fraction", "rollouts/generated"):
         assert [r[key] for r in again] == [r[key] for r in rows[2:]], key
 

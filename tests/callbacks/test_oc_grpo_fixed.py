@@ -20,6 +20,7 @@ from lit_rlvr.types import Completion, GroupReplacement, PromptPool, Revision, R
 from tests.assertions import assert_same
 from tests.callbacks.test_oc_grpo import _tiny_module
 from tests.test_oc_fixed_harvest import run_echo_harvest
+from tests.metrics_files import step_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -135,20 +136,12 @@ def _fit(workdir, data_yaml, steps, ckpt=None):
     return torch.load(workdir / "selector_dump" / "rank0.pt", weights_only=False)
 
 
-def _metrics(run_dir):
-    import csv
-
-    (path,) = glob.glob(os.path.join(run_dir, "csv", "version_*", "metrics.csv"))
-    with open(path) as f:
-        return [row for row in csv.DictReader(f) if row.get("rollouts/generated")]
-
-
 @pytest.mark.integration  # an end-to-end fit, 19-56 s on 2 loaded cores: in the end-to-end suite
 def test_tiny_fit_on_a_harvested_file_trains_the_guided_rows_and_resumes(tmp_path):
     summary, _, _ = run_echo_harvest(tmp_path / "harvest")  # 5 original rows + 3 guided ones
     data_yaml = tmp_path / "harvest" / "data.yaml"
     straight = _fit(tmp_path / "straight", data_yaml, 4)
-    rows = _metrics(str(tmp_path / "straight" / "runs" / "tiny"))
+    rows = step_rows(str(tmp_path / "straight" / "runs" / "tiny"))
     assert len(rows) == 4
     guided = sum(float(r["oc/guided_groups"]) for r in rows)
     assert guided > 0, "no guided row was drawn in 4 steps of 4 prompts out of 8"
@@ -161,7 +154,7 @@ def test_tiny_fit_on_a_harvested_file_trains_the_guided_rows_and_resumes(tmp_pat
     (ckpt,) = glob.glob(str(tmp_path / "first" / "**" / "last.ckpt"), recursive=True)
     resumed = _fit(tmp_path / "resumed", data_yaml, 4, ckpt=ckpt)
     assert_same(straight["states"], resumed["states"])
-    again = _metrics(str(tmp_path / "resumed" / "runs" / "tiny"))
+    again = step_rows(str(tmp_path / "resumed" / "runs" / "tiny"))
     for key in ("oc/guided_groups", "oc/mean_fraction", "oc/is_weight_mean", "rollouts/generated"):
         assert [r[key] for r in again] == [r[key] for r in rows[2:]], key
 

@@ -8,7 +8,6 @@ ranks end with the same selector state and the same weights, and the checkpoint 
 
 from __future__ import annotations
 
-import csv
 import glob
 import math
 import os
@@ -21,6 +20,7 @@ import torch
 
 from tests.assertions import assert_same
 from tests.test_oc_fixed_harvest import run_echo_harvest
+from tests.metrics_files import step_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 4
@@ -54,16 +54,10 @@ def _load(run: Path, name: str, rank: int):
     return torch.load(run / "selector_dump" / f"{name}{rank}.pt", weights_only=False)
 
 
-def _metrics(run: Path) -> list[dict[str, str]]:
-    (path,) = glob.glob(str(run / "run" / "csv" / "version_*" / "metrics.csv"))
-    with open(path) as f:
-        return [r for r in csv.DictReader(f) if r.get("rollouts/generated")]
-
-
 @pytest.mark.integration
 def test_two_ddp_ranks_train_their_guided_rows_on_the_plain_prompt_and_agree(ddp):
     probes = [_load(ddp, "fixed_probe_rank", r) for r in (0, 1)]
-    rows = _metrics(ddp)
+    rows = step_rows(ddp / "run")
     assert len(rows) == STEPS and all(sorted(p["steps"]) == list(range(STEPS)) for p in probes)
 
     # each rank: its own half of the pool; every guided group swapped to x, rows recording x̃ and the

@@ -1,7 +1,6 @@
 """Pilot-Commit: its buffer against a plain reference written from the released code, its state, its
 accounting, and real tiny fits (one trains; one killed with SIGKILL resumes exactly)."""
 
-import csv
 import glob
 import os
 import signal
@@ -20,6 +19,7 @@ from lit_rlvr.callbacks import PilotCommit
 from lit_rlvr.callbacks.pilot_buffer import BufferEntry, PilotBuffer
 from lit_rlvr.types import Completion, RolloutBatch, RolloutState, StepContext
 from tests.callbacks.fixtures import make_pool
+from tests.metrics_files import step_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 B, PILOT, G = 4, 8, 32
@@ -431,17 +431,10 @@ def _fit(workdir: Path, name: str, steps: int, *extra: str, check: bool = True) 
     return done
 
 
-def _rows(run_dir: Path) -> list[dict[str, str]]:
-    (path,) = glob.glob(str(run_dir / "csv" / "version_*" / "metrics.csv"))
-    with open(path) as f:
-        return [{k: v for k, v in r.items() if not (k.startswith("time/") or k.endswith("_s"))}
-                for r in csv.DictReader(f) if r.get("rollouts/generated")]
-
-
 @pytest.mark.integration
 def test_a_tiny_fit_trains_counts_pilots_as_spent_and_commits_from_its_buffer(tmp_path):
     _fit(tmp_path, "run", 4)
-    rows = _rows(tmp_path / "run")
+    rows = step_rows(tmp_path / "run", untimed=True)
     assert len(rows) == 4
     key = "select/PilotCommit/"
     for r in rows:
@@ -460,14 +453,14 @@ def test_a_tiny_fit_trains_counts_pilots_as_spent_and_commits_from_its_buffer(tm
 @pytest.mark.integration
 def test_a_fit_killed_with_sigkill_resumes_with_the_same_numbers(tmp_path):
     """SIGKILL at the start of step 3 (the last checkpoint is step 2's): the resumed run logs what a straight run logs."""
-    straight = _rows(tmp_path / "straight") if _fit(tmp_path, "straight", 5, *SMALL) else None
+    straight = step_rows(tmp_path / "straight", untimed=True) if _fit(tmp_path, "straight", 5, *SMALL) else None
     killed = _fit(tmp_path, "killed", 5, *SMALL, "--trainer.callbacks+=tests.fit_callbacks.SignalAtStep",
                   "--trainer.callbacks.init_args.step=3", f"--trainer.callbacks.init_args.signum={int(signal.SIGKILL)}", check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     (ckpt,) = glob.glob(str(tmp_path / "killed" / "csv" / "version_*" / "checkpoints" / "last.ckpt"))
     _fit(tmp_path, "resumed", 5, *SMALL, "--ckpt_path", ckpt)
-    resumed = _rows(tmp_path / "resumed")
-    assert _rows(tmp_path / "killed")[:2] + resumed == straight
+    resumed = step_rows(tmp_path / "resumed", untimed=True)
+    assert step_rows(tmp_path / "killed", untimed=True)[:2] + resumed == straight
 
 
 @pytest.mark.integration

@@ -2,7 +2,6 @@
 it verbatim, it skips what it should, its state round-trips strictly, and it runs in a real tiny fit
 that resumes from a checkpoint with the same per-step numbers."""
 
-import csv
 import glob
 import inspect
 import os
@@ -16,6 +15,7 @@ from lit_rlvr.cli import main
 from tests.callbacks.fixtures import at_step, make_batch, make_pool
 from tests.assertions import assert_same
 from tests.examples.skip_solved import SkipSolved
+from tests.metrics_files import step_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "writing_a_selector.md"
@@ -81,12 +81,6 @@ def test_an_undeclared_metric_fails_naming_it():
         SkipSolved().set_metrics({"skiped": 1.0})
 
 
-def _rows(run_dir: str) -> list[dict[str, str]]:
-    (path,) = glob.glob(os.path.join(run_dir, "csv", "version_*", "metrics.csv"))
-    with open(path) as f:
-        return [{k: v for k, v in r.items() if not (k.startswith("time/") or k.endswith("_s"))} for r in csv.DictReader(f) if r.get("rollouts/generated")]
-
-
 COMMON = ["fit", "--config", TINY, "--config", str(CONFIG), *EVEN, "--data.source.init_args.train_size=8",
           "--trainer.limit_val_batches=0", "--model.evaluation.before_training=false", "--trainer.callbacks.init_args.visits=1"]
 """configs/tiny.yaml with the page's YAML and visits=1, on 8 prompts (steps 2 and 3 revisit those of steps 0
@@ -101,7 +95,7 @@ def _fit(tmp_path, name: str, steps: int, ckpt: str | None = None) -> str:
 
 def test_a_tiny_fit_runs_it_logs_its_metrics_and_saves_its_state(tmp_path):
     run = _fit(tmp_path, "straight", 4)
-    rows = _rows(run)
+    rows = step_rows(run, untimed=True)
     assert len(rows) == 4
     skipped = [float(r["select/SkipSolved/skipped"]) for r in rows]
     assert skipped[:2] == [0.0, 0.0] and skipped[2] > 0  # first visits: nothing to skip; revisits: the solved ones
@@ -113,8 +107,8 @@ def test_a_tiny_fit_runs_it_logs_its_metrics_and_saves_its_state(tmp_path):
 
 @pytest.mark.integration
 def test_a_fit_resumed_from_its_checkpoint_logs_the_same_numbers(tmp_path):
-    straight = _rows(_fit(tmp_path, "straight", 4))
+    straight = step_rows(_fit(tmp_path, "straight", 4), untimed=True)
     first = _fit(tmp_path, "first", 2)
     (ckpt,) = glob.glob(os.path.join(first, "csv", "version_*", "checkpoints", "last.ckpt"))
-    resumed = _rows(_fit(tmp_path, "resumed", 4, ckpt))
-    assert _rows(first) + resumed == straight
+    resumed = step_rows(_fit(tmp_path, "resumed", 4, ckpt), untimed=True)
+    assert step_rows(first, untimed=True) + resumed == straight

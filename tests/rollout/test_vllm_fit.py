@@ -3,13 +3,12 @@
 Runs in the vLLM environment: ``bash scripts/test_vllm.sh`` (marker ``vllm``; skipped without vLLM).
 """
 
-import csv
-import glob
 import importlib.util
 import os
 from pathlib import Path
 
 import pytest
+from tests.metrics_files import step_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -18,12 +17,6 @@ pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
 ]
-
-
-def _rows(run: str) -> list[dict[str, str]]:
-    (path,) = glob.glob(os.path.join(run, "csv", "version_*", "metrics.csv"))
-    with open(path) as f:
-        return [r for r in csv.DictReader(f) if r.get("rollouts/generated")]
 
 
 def test_fit_with_the_vllm_engine_logs_like_the_hf_engine(tmp_path):
@@ -40,7 +33,7 @@ def test_fit_with_the_vllm_engine_logs_like_the_hf_engine(tmp_path):
     os.chdir(tmp_path / "vllm")
     main(common + ["--model.rollout.engine=vllm",
                    "--model.rollout.engine_options={max_model_len: 256, gpu_memory_utilization: 0.3}"])
-    hf, vl = _rows(str(tmp_path / "hf" / "runs" / "tiny")), _rows(str(tmp_path / "vllm" / "runs" / "tiny"))
+    hf, vl = step_rows(str(tmp_path / "hf" / "runs" / "tiny")), step_rows(str(tmp_path / "vllm" / "runs" / "tiny"))
     assert len(vl) == 3
     assert set(hf[0]) == set(vl[0])  # the same metrics, logged the same way
     for r in vl:
