@@ -106,7 +106,7 @@ class SelectionCallback(pl.Callback):
       naming the selector (``require_keys``). ``optional_state``: names older checkpoints may lack,
       each with the value it then takes. ``nullable_state``: float attributes that start as None
       (saved as −1.0).
-    * ``metric_names``: the keys a step may report with ``set_metrics`` / ``add_metrics``; an
+    * ``metric_names``: the keys a step may report with ``set_metrics`` / ``update_metrics``; an
       undeclared key fails at once. The module logs ``metric_prefix + key`` after every step
       (``logged_metrics``); the prefix defaults to ``select/<class name>/``.
     * ``fixes_group_size``: True for a method that reads G once at start-up (a per-prompt budget, a pilot,
@@ -178,7 +178,10 @@ class SelectionCallback(pl.Callback):
     # ------------------------------------------------------------------ metrics
 
     def metrics(self) -> dict[str, float]:
-        """This step's reported metrics, by their short names (``set_metrics``, ``add_metrics``)."""
+        """The reported metrics, by their short names (``set_metrics``, ``update_metrics``).
+
+        Lifetime: a reported metric stays until ``set_metrics`` replaces the set, so a method that reports on some
+        steps only logs its last values again on the others; ``set_metrics({})`` at the step's start clears them."""
         return dict(getattr(self, "_metrics", {}))
 
     def set_metrics(self, values: Mapping[str, float]) -> None:
@@ -186,8 +189,9 @@ class SelectionCallback(pl.Callback):
         self._check_metric_names(values)
         self._metrics = dict(values)
 
-    def add_metrics(self, values: Mapping[str, float]) -> None:
-        """Add ``values`` to (or overwrite them in) the reported metrics (keys from ``metric_names``)."""
+    def update_metrics(self, values: Mapping[str, float]) -> None:
+        """Merge ``values`` into the reported metrics, as ``dict.update`` does: new names added, reported ones
+        overwritten, the rest kept (keys from ``metric_names``)."""
         self._check_metric_names(values)
         self._metrics = {**getattr(self, "_metrics", {}), **values}
 

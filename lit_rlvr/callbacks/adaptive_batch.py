@@ -254,7 +254,7 @@ class AdaptiveBatch(SelectionCallback):
                               "beta2": float(_param_groups(pl_module)[0]["betas"][1]),
                               "fixed_cost_rollouts": self._fixed_cost()})
             if self.group_size:
-                self.add_metrics({"group_size": float(batch.group_size or self.base_group_size)})
+                self.update_metrics({"group_size": float(batch.group_size or self.base_group_size)})
 
     @override
     def on_rollouts_scored(self, trainer: pl.Trainer, pl_module: BatchHost, batch: RolloutBatch) -> None:

@@ -194,7 +194,7 @@ class DPS(PromptSelector):
         self.update(ids, n, succ)
         self.updates += 1
         k = max(len(ids), 1)
-        self.add_metrics(
+        self.update_metrics(
             {
                 "observed": float(len(ids)),
                 "observed_unsolved": float((obs == UNSOLVED).sum() / k),

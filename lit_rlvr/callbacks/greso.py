@@ -260,7 +260,7 @@ class GRESO(PromptSelector):
             self.last_zero_variance_ratio = easy_ratio + hard_ratio
             if self.epoch >= 1:
                 self._adapt(easy_ratio, hard_ratio)
-        self.add_metrics(
+        self.update_metrics(
             {
                 "p_easy": self.p_easy,
                 "p_hard": self.p_hard,
@@ -291,7 +291,7 @@ class GRESO(PromptSelector):
 
     def _update_skip_metrics(self) -> None:
         skipped = self._skipped_easy + self._skipped_hard
-        self.add_metrics(
+        self.update_metrics(
             {
                 "prompts_skipped": float(skipped),
                 "prompts_kept": float(self._considered - skipped),

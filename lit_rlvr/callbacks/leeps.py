@@ -369,7 +369,7 @@ class LEEPS(PromptSelector):
         keep_only(pool, eligible, np.concatenate([ex_pick, xp_pick]))
         chosen = max(len(ex_pick) + len(xp_pick), 1)
         slots = est["neighbours"].sum()
-        self.add_metrics(
+        self.update_metrics(
             {
                 "candidates": float(len(eligible)),
                 "candidates_exploit": float(len(ex_idx)),
@@ -462,7 +462,7 @@ class LEEPS(PromptSelector):
         self.updates += 1
         groups = np.bincount(portfolio, minlength=2)
         hits = np.bincount(portfolio, weights=nontrivial, minlength=2)
-        self.add_metrics(
+        self.update_metrics(
             {
                 "groups_observed": float(len(ids)),
                 "exploit_nontrivial_step": float(hits[EXPLOIT] / groups[EXPLOIT]) if groups[EXPLOIT] else float("nan"),

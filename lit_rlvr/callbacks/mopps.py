@@ -150,7 +150,7 @@ class MoPPS(PromptSelector):
         ids, n, succ = merge_rows(rows)
         self.update(ids, n, succ)
         self.updates += 1
-        self.add_metrics(
+        self.update_metrics(
             {
                 "updated": float(len(ids)),
                 "success_rate_observed": float(succ.sum() / n.sum()) if n.sum() > 0 else 0.0,

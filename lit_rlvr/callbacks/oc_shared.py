@@ -53,7 +53,7 @@ class GuidedTokenWeights(TokenWeighter):
         weights, metrics = guided_token_weights(
             trainer, pl_module, batch, self.gamma, self.clamp_min, self.clamp_max, self.importance_weight
         )
-        self.add_metrics(metrics)
+        self.update_metrics(metrics)
         return weights
 
 

@@ -345,7 +345,7 @@ class PilotCommit(PromptSelector, RolloutAllocator, RolloutFilter, TokenWeighter
             w = truncated_importance_weights(current[i, : len(c.token_ids)], torch.tensor(c.logprobs), self.importance_cap)
             weights[r] = weights[r] * w
             values.append(w)
-        self.add_metrics({"is_weight_mean": float(torch.cat(values).mean())})
+        self.update_metrics({"is_weight_mean": float(torch.cat(values).mean())})
         return weights
 
 

@@ -47,4 +47,4 @@ class SkipSolved(PromptSelector):
         ids, n, successes = merge_rows(gather_rows(trainer, group_success(batch, 1.0)))  # [K] each
         streak = self.table.get("streak", ids)
         self.table.set("streak", ids, np.where(successes >= n, streak + 1, 0))
-        self.add_metrics({"prompts_on_streak": float((self.table["streak"] >= self.visits).sum())})
+        self.update_metrics({"prompts_on_streak": float((self.table["streak"] >= self.visits).sum())})
