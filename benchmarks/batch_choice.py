@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 from lit_rlvr.bench.result_report import (TOKENS, TRAIN_SECONDS, cumulative_at_target, honest_seconds_to_target,  # noqa: E402
                                           kind_ratios, runs_from_results)
-from lit_rlvr.curves import CUM_GEN  # noqa: E402
+from lit_rlvr.report.curves import CUM_GEN  # noqa: E402
 from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
-from lit_rlvr.curves import accuracy_curve, rollouts_to_target  # noqa: E402
-from lit_rlvr.group_records import read_groups  # noqa: E402
+from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target  # noqa: E402
+from lit_rlvr.report.group_records import read_groups  # noqa: E402
 
 METRIC = "heldout_prompts/pass@1"
 AXES = (("rollouts", None), ("tokens", TOKENS), ("seconds", TRAIN_SECONDS))

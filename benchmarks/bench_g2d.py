@@ -82,7 +82,7 @@ def g2d(args) -> None:
 
 
 def grpo(args) -> None:
-    from lit_rlvr.cli import main
+    from lit_rlvr.run.cli import main
 
     run = args.out / "grpo"
     main(["fit", "--config", str(ROOT / "configs" / "g2d" / "warmup.yaml"), f"--trainer.default_root_dir={run}",

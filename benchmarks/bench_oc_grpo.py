@@ -59,7 +59,7 @@ def _fit(run: str, steps: int, extra: list[str]) -> None:
     if _last_step(run) >= steps and sum(bool(r.get("val/pass@1")) for r in _rows(run)) >= 2:
         print(f"{run}: done, skipped")
         return
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", *BASE, *extra, f"--trainer.default_root_dir={OUT / run}",
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", *BASE, *extra, f"--trainer.default_root_dir={OUT / run}",
            f"--trainer.max_steps={steps}", f"--trainer.val_check_interval={steps}", f"--seed_everything={SEED}"]
     print(" ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)

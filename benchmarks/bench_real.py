@@ -25,7 +25,7 @@ CPU seconds of each training step, the fit's process and its reward workers; ``l
 ``--eval-every-rollouts``), ``RolloutBudget`` (stops once the cumulative rollouts generated
 reach ``--budget``, the same for every strategy; the step that crosses it finishes) and
 ``SelectionRecorder`` (the heatmap's per-prompt decisions). Every fit also keeps ``groups.csv``
-(``lit_rlvr.group_records.GroupRecorder``, added by ``lit-rlvr fit`` itself), which ``run`` copies
+(``lit_rlvr.report.group_records.GroupRecorder``, added by ``lit-rlvr fit`` itself), which ``run`` copies
 beside the result file as ``<strategy>_seed<S>.groups.csv`` for ``lit-rlvr report`` and
 ``benchmarks/regime_b_tables.py``.
 
@@ -210,8 +210,8 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
 def resumable_checkpoint(rd: Path, budget: str, argv: list[str]) -> Path | None:
     """The newest checkpoint of an unfinished run in ``rd`` made with these arguments and this ``budget.yaml``
     (``last.ckpt``, or a step's own file when a kill cut ``last.ckpt``'s copy short: a resume from an older one
-    is refused, ``lit_rlvr.resumes``), else None."""
-    from lit_rlvr.resumes import newest_checkpoint, saved_steps
+    is refused, ``lit_rlvr.run.resumes``), else None."""
+    from lit_rlvr.run.resumes import newest_checkpoint, saved_steps
 
     try:
         same = (rd / "budget.yaml").read_text() == budget and json.loads((rd / "fit_args.json").read_text()) == argv

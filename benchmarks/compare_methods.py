@@ -69,7 +69,7 @@ def main() -> None:
         run_dir = out / method
         if not args.reuse:
             run_dir.mkdir(parents=True, exist_ok=True)
-            cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(base),
+            cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", str(base),
                    "--config", str(ROOT / "configs" / "methods" / f"{method}.yaml"),
                    f"--trainer.max_steps={args.steps}", f"--trainer.val_check_interval={args.steps}",
                    "--trainer.enable_progress_bar=false", "--model.export_dir=null", *extra]

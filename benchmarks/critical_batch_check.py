@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 from lit_rlvr.bench import report as rep  # noqa: E402
 from lit_rlvr.bench.result_report import runs_from_results  # noqa: E402
 from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
-from lit_rlvr.group_records import read_groups  # noqa: E402
+from lit_rlvr.report.group_records import read_groups  # noqa: E402
 from lit_rlvr.critical_batch.levers import preselect, refill, smaller_batch  # noqa: E402
-from lit_rlvr.selection_report import selection_stats, zero_variance  # noqa: E402
+from lit_rlvr.report.selection_report import selection_stats, zero_variance  # noqa: E402
 from lit_rlvr.critical_batch.noise_scale import ADAM_WARMUP_STEPS, run_noise_scale  # noqa: E402
 
 METRIC = "heldout_prompts/pass@1"

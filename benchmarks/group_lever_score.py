@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 from lit_rlvr.bench.result_report import runs_from_results  # noqa: E402
 from lit_rlvr.bench.stats import stat  # noqa: E402
 from lit_rlvr.critical_batch.levers import group_sizes, lever_predictions, run_noise  # noqa: E402
-from lit_rlvr.curves import accuracy_curve, rollouts_to_target  # noqa: E402
-from lit_rlvr.group_file import read_groups  # noqa: E402
+from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target  # noqa: E402
+from lit_rlvr.report.group_file import read_groups  # noqa: E402
 
 METRIC = "heldout_prompts/pass@1"
 

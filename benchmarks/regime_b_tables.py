@@ -19,7 +19,7 @@ Two subcommands, each printing markdown and, with ``--save``, writing JSON:
 
 A prompt's part is ``metadata["part"]`` of its training record (``ReasoningGymSource`` task entry),
 read from ``--config``'s data module, so train id i is record i. Persistence follows
-``lit_rlvr.selection_report`` (zero variance by ``is_zero_variance`` of the group's reward spread): a
+``lit_rlvr.report.selection_report`` (zero variance by ``is_zero_variance`` of the group's reward spread): a
 revisit is a group whose prompt was rolled out before; P(before | now) = P(zero-variance at the previous
 visit | zero-variance now), P(now | before) = P(zero-variance now | zero-variance at the previous visit),
 GRESO's two probabilities. Shares are of groups (under GRPO every group has G rollouts).
@@ -98,7 +98,7 @@ def from_selection(path: str | Path, g: int = 8) -> list:
     Enough for zero variance and persistence; the correct counts of mixed groups are not known (set to 1)."""
     import csv
 
-    from lit_rlvr.group_records import GroupRecord
+    from lit_rlvr.report.group_records import GroupRecord
 
     out = []
     with open(path, newline="") as f:
@@ -113,8 +113,8 @@ def from_selection(path: str | Path, g: int = 8) -> list:
 
 
 def persistence(args) -> dict:
-    from lit_rlvr.group_records import read_groups
-    from lit_rlvr.selection_report import all_right, zero_variance
+    from lit_rlvr.report.group_records import read_groups
+    from lit_rlvr.report.selection_report import all_right, zero_variance
 
     parts = parts_of(args.config)
     records = sorted(read_groups(args.groups) if not str(args.groups).endswith(".selection.csv")
@@ -165,9 +165,9 @@ def cells(args) -> dict:
     from lit_rlvr.bench.result_report import runs_from_results
     from lit_rlvr.bench.report import CUM_GEN, rollouts_to_target
     from lit_rlvr.bench.stats import fmt_count
-    from lit_rlvr.group_records import read_groups
+    from lit_rlvr.report.group_records import read_groups
     from lit_rlvr.critical_batch.levers import run_noise
-    from lit_rlvr.selection_report import zero_variance
+    from lit_rlvr.report.selection_report import zero_variance
 
     runs = runs_from_results(args.results)
     order = {s: i for i, s in enumerate(args.order)}

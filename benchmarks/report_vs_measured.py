@@ -7,7 +7,7 @@
 
 For each regime (its result folder and targets in ``REGIMES``):
 
-1. **The report on GRPO's cells.** ``lit_rlvr.selection_report.selection_stats`` and ``verdict`` on every
+1. **The report on GRPO's cells.** ``lit_rlvr.report.selection_report.selection_stats`` and ``verdict`` on every
    ``grpo_seed<S>``'s group records: its ``.groups.csv`` where the cell kept one, else its
    ``.selection.csv`` through ``read_selection_records`` (regime A's cells predate groups.csv; the status
    gives zero variance exactly and all right nearly, see that function). One row per seed and one over
@@ -48,8 +48,8 @@ sys.path.insert(0, str(ROOT))
 
 from lit_rlvr.bench.result_report import results_table, runs_from_results  # noqa: E402
 from lit_rlvr.bench.stats import jsonable, pm, stat  # noqa: E402
-from lit_rlvr.group_records import read_groups  # noqa: E402
-from lit_rlvr.selection_report import (HISTORY, REFILL, SelectionStats, read_selection_records,  # noqa: E402
+from lit_rlvr.report.group_records import read_groups  # noqa: E402
+from lit_rlvr.report.selection_report import (HISTORY, REFILL, SelectionStats, read_selection_records,  # noqa: E402
                                        selection_stats, verdict)
 
 MIX = "heldout_prompts/pass@1"

@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lit_rlvr.group_records import read_groups  # noqa: E402
+from lit_rlvr.report.group_records import read_groups  # noqa: E402
 from lit_rlvr.critical_batch.levers import preselect, refill  # noqa: E402
-from lit_rlvr.selection_report import zero_variance  # noqa: E402
+from lit_rlvr.report.selection_report import zero_variance  # noqa: E402
 from lit_rlvr.critical_batch.noise_scale import run_noise_scale  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results" / "bench_real"
@@ -112,7 +112,7 @@ def ratios(targets=(0.5, 0.6)) -> list[str]:
     """Markdown: every committed 8-prompt cell's rollouts (tokens) to each target, × tuned GRPO's on the same seed."""
     from lit_rlvr.bench.result_report import TOKENS, cumulative_at_target, runs_from_results
     from lit_rlvr.bench.stats import paired_ratios, stat
-    from lit_rlvr.curves import accuracy_curve, rollouts_to_target
+    from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
 
     metric = "heldout_prompts/pass@1"
 
@@ -149,7 +149,7 @@ def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6), here:
     (default ``<folder>_cpu``) holds that seed's re-run on this machine with the CPU clock, the re-run.
     """
     from lit_rlvr.bench.result_report import honest_seconds_to_target, runs_from_results
-    from lit_rlvr.curves import accuracy_curve, rollouts_to_target
+    from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
 
     runs = runs_from_results(folder)
     tuned = {r.seed: r for r in runs if r.strategy == "grpo+b2"}

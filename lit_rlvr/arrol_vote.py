@@ -48,8 +48,8 @@ RUN_KEYS = ("seed_everything", "trainer", "model", "data", "optimizer", "lr_sche
 def load_run(ckpt: str, config: str, overrides: Sequence[str] = ()) -> tuple[Any, Any, Any]:
     """(module, datamodule, ARRoL) of a run: built from its config, weights and ARRoL state from the checkpoint."""
     from lit_rlvr.callbacks import ARRoL
-    from lit_rlvr.checkpointing import AtomicCheckpointIO
-    from lit_rlvr.fit_config import build_fit, config_args
+    from lit_rlvr.run.checkpointing import AtomicCheckpointIO
+    from lit_rlvr.run.fit_config import build_fit, config_args
 
     saved = yaml.safe_load(Path(config).read_text())
     saved = {k: v for k, v in saved.items() if k in RUN_KEYS}  # not the fit subcommand's ckpt_path, weights_only

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional
 
 import torch
 
-from lit_rlvr.checkpointing import last_good_checkpoint
+from lit_rlvr.run.checkpointing import last_good_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 def resume_advice(where: str) -> str:
     """What to resume from, given ``last_good_checkpoint``'s words: never the suspect file it may name."""
     branch = (" A checkpoint older than the run's newest resumes into a new run: add --trainer.default_root_dir "
-              "<another folder> (lit_rlvr.resumes).")
+              "<another folder> (lit_rlvr.run.resumes).")
     if where.startswith("last good checkpoint"):
         return "Resume from it or an earlier one, perhaps with a lower learning rate." + branch
     if "is suspect" in where:

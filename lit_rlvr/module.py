@@ -32,7 +32,7 @@ from lit_rlvr.guards import NonFiniteGuard, RewardFailureGuard
 from lit_rlvr.losses import overlong_penalty
 from lit_rlvr.policy import PolicyConfig, eval_mode
 from lit_rlvr.policy_module import PolicyModule
-from lit_rlvr.preemption import abandonable
+from lit_rlvr.run.preemption import abandonable
 from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.rewards.workers.settings import RewardSandbox
 from lit_rlvr.settings import EvalSettings, LossSettings, NoiseScaleSettings, OptimizerSettings, RolloutSettings

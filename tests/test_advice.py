@@ -1,4 +1,4 @@
-"""The run's one piece of advice (lit_rlvr.advice): try a named setting, keep, or undecided; the end-of-fit summary
+"""The run's one piece of advice (lit_rlvr.report.advice): try a named setting, keep, or undecided; the end-of-fit summary
 and ``lit-rlvr report`` of one run print the same lines."""
 
 import csv
@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from lit_rlvr.advice import HISTORY_CONFIG, REFILL_CONFIG, run_advice
-from lit_rlvr.cli import main
-from lit_rlvr.group_file import COLUMNS, RunFacts, read_facts, write_facts
-from lit_rlvr.group_records import GroupRecorder
+from lit_rlvr.report.advice import HISTORY_CONFIG, REFILL_CONFIG, run_advice
+from lit_rlvr.run.cli import main
+from lit_rlvr.report.group_file import COLUMNS, RunFacts, read_facts, write_facts
+from lit_rlvr.report.group_records import GroupRecorder
 from lit_rlvr.critical_batch.levers import RunNoise
-from lit_rlvr.plot import read_run
-from lit_rlvr.selection_report import end_of_fit_lines
+from lit_rlvr.report.plot import read_run
+from lit_rlvr.report.selection_report import end_of_fit_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ import torch
 
 from lit_rlvr.arrol_vote import find_arrol_state
 from lit_rlvr.callbacks.quality_head import BucketCalibrator
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.voting import vote_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_lit_rlvr_arrol_vote_votes_with_the_checkpointed_head(tmp_path):
     assert state["head"]["updates"] == 2 and "1.weight" in state["head"]["net"]  # the head is in the checkpoint
     out = tmp_path / "vote.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "arrol-vote", "--ckpt", str(ckpt), "--config", str(config), "--k", "4", "--out", str(out)]
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "arrol-vote", "--ckpt", str(ckpt), "--config", str(config), "--k", "4", "--out", str(out)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())

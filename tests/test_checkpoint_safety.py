@@ -14,8 +14,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from lit_rlvr.checkpointing import InvalidCheckpointError
-from lit_rlvr.cli import main
+from lit_rlvr.run.checkpointing import InvalidCheckpointError
+from lit_rlvr.run.cli import main
 from lit_rlvr.guards import NonFiniteError
 from tests.test_checkpointing import full_disk  # noqa: F401 - the fixture
 from tests.test_module import TINY, _fit
@@ -28,7 +28,7 @@ def _dead_pid() -> int:
 
 
 def test_stale_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
-    from lit_rlvr.sharded_checkpoints import recover
+    from lit_rlvr.run.sharded_checkpoints import recover
 
     host, dead, alive = socket.gethostname(), _dead_pid(), os.getppid()
     (tmp_path / "last.ckpt").write_bytes(b"x")
@@ -41,7 +41,7 @@ def test_stale_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_
 
 
 def test_a_sharded_save_killed_between_its_renames_is_put_back(tmp_path):
-    from lit_rlvr.sharded_checkpoints import recover
+    from lit_rlvr.run.sharded_checkpoints import recover
 
     old = tmp_path / f".last.ckpt.old-{socket.gethostname()}-{_dead_pid()}"
     old.mkdir()
@@ -60,7 +60,7 @@ def _sharded_folder(path, scale: float = 1.0):
 
 
 def test_a_cut_short_shard_is_named_with_the_last_complete_checkpoint(tmp_path):
-    from lit_rlvr.sharded_checkpoints import broken_message, shard_problem
+    from lit_rlvr.run.sharded_checkpoints import broken_message, shard_problem
 
     good, bad = tmp_path / "epoch=0-step=1.ckpt", tmp_path / "last.ckpt"
     _sharded_folder(good)
@@ -113,7 +113,7 @@ def test_a_non_finite_weight_is_refused_on_load_naming_the_tensor(tmp_path):
 
 @pytest.mark.integration
 def test_a_full_disk_stops_with_disk_full_the_folder_and_the_last_good_checkpoint(tmp_path, full_disk):  # noqa: F811
-    from lit_rlvr.checkpointing import DiskFullError
+    from lit_rlvr.run.checkpointing import DiskFullError
 
     first = _fit(tmp_path, "first", 2)
     (good,) = glob.glob(os.path.join(first, "**", "last.ckpt"), recursive=True)

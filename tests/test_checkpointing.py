@@ -14,8 +14,9 @@ import pytest
 import torch
 import yaml
 
-from lit_rlvr.cli import main
-from tests.test_module import TINY, _fit, _metrics, _tiny_module
+from lit_rlvr.run.cli import main
+from tests.test_module import TINY, _fit, _tiny_module
+from tests.metrics_files import step_rows
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_a_checkpoint_with_non_finite_weights_is_not_written_over_a_good_one(tmp
 
 
 def test_a_metrics_save_on_a_full_disk_leaves_the_previous_metrics_csv_whole(tmp_path, full_disk):
-    # the CSV logger the configs use (lit_rlvr.loggers.CSVLogger), built as the config builds it
+    # the CSV logger the configs use (lit_rlvr.run.loggers.CSVLogger), built as the config builds it
     spec = yaml.safe_load(open(TINY))["trainer"]["logger"][0]["class_path"]
     module_name, name = spec.rsplit(".", 1)
     logger = getattr(importlib.import_module(module_name), name)(save_dir=str(tmp_path), name="csv")
@@ -163,7 +164,7 @@ def test_a_corrupted_optimizer_state_is_skipped_counted_and_stops_the_run(tmp_pa
         _fit(tmp_path, "resumed", 8, ckpt=corrupt,
              extra=("--model.max_nonfinite_steps=2", "--model.checkpoint_every_n_steps=1"))
     assert "checkpoint" in str(info.value)
-    rows = _metrics(str(tmp_path / "resumed" / "runs" / "tiny"))
+    rows = step_rows(str(tmp_path / "resumed" / "runs" / "tiny"))
     assert [float(r["train/nonfinite_steps"]) for r in rows] == [0.0, 1.0]  # step 5 raised before logging
     assert float(rows[-1]["cumulative/nonfinite_steps"]) == 1.0
     # nothing non-finite was written: the resumed run saved no checkpoint, and the good one is untouched

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lit_rlvr.checkpointing import AtomicCheckpointIO
-from lit_rlvr.cli import main
+from lit_rlvr.run.checkpointing import AtomicCheckpointIO
+from lit_rlvr.run.cli import main
 from lit_rlvr.guards import NonFiniteError, NonFiniteGuard
 from lit_rlvr.policy import LoraSettings
 

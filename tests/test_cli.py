@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BASES = [ROOT / "configs" / "tiny.yaml", ROOT / "configs" / "quickstart.yaml"]
@@ -55,7 +55,7 @@ def test_every_other_config_parses(capsys, config):
 def test_method_configs_instantiate_their_selectors():
     """Beyond parsing: the CLI builds each selector from its init_args (no fit)."""
     from lit_rlvr.selection import SelectionCallback
-    from lit_rlvr.cli import LitRLVRCLI
+    from lit_rlvr.run.cli import LitRLVRCLI
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.module import GRPOModule
 
@@ -146,7 +146,7 @@ def test_two_allocator_method_configs_fail_naming_both_files(capsys):
 
 
 def test_a_method_config_replacing_another_says_so(capsys):
-    from lit_rlvr.cli import LitRLVRCLI
+    from lit_rlvr.run.cli import LitRLVRCLI
     from lit_rlvr.data import PromptDataModule
     from lit_rlvr.module import GRPOModule
 
@@ -169,7 +169,7 @@ def test_a_method_config_replacing_another_says_so(capsys):
     ],
 )
 def test_what_bounds_a_fit(trainer, bounded):
-    from lit_rlvr.config_checks import check_run_is_bounded
+    from lit_rlvr.run.config_checks import check_run_is_bounded
 
     assert (check_run_is_bounded(trainer) is None) == bounded
 
@@ -199,7 +199,7 @@ def test_default_root_dir_moves_the_export_and_every_logger(capsys, config):
 def test_a_named_subcommand_builds_only_its_own_parser(capsys, monkeypatch):
     """``lit-rlvr fit ...`` builds fit's parser alone (each holds every trainer, model and data option: building
     all four was half of a start-up's parsing); without a leading subcommand all four are there, as before."""
-    from lit_rlvr.cli import LitRLVRCLI
+    from lit_rlvr.run.cli import LitRLVRCLI
 
     built = []
     original = LitRLVRCLI._add_subcommands
@@ -222,7 +222,7 @@ def test_a_method_config_is_read_whether_named_by_string_or_path():
     jsonargparse's Path alike (a pathlib.Path was silently skipped)."""
     from pathlib import Path
 
-    from lit_rlvr.config_checks import _callbacks_of
+    from lit_rlvr.run.config_checks import _callbacks_of
 
     vigor = ROOT / "configs" / "methods" / "vigor.yaml"
     assert _callbacks_of(vigor) == _callbacks_of(str(vigor)) == ["lit_rlvr.callbacks.VIGOR"]

@@ -1,14 +1,14 @@
 """The fit help lists the model's and data's options, errors name the command that shows an option,
-abbreviated flags are refused, and the process's thread policy (lit_rlvr.threads)."""
+abbreviated flags are refused, and the process's thread policy (lit_rlvr.run.threads)."""
 
 from pathlib import Path
 
 import pytest
 import torch
 
-from lit_rlvr.cli import main
-from lit_rlvr.cli_help import classes_in_use, help_command
-from lit_rlvr.threads import SMALL_MACHINE, apply_thread_policy, choose_threads
+from lit_rlvr.run.cli import main
+from lit_rlvr.run.cli_help import classes_in_use, help_command
+from lit_rlvr.run.threads import SMALL_MACHINE, apply_thread_policy, choose_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")

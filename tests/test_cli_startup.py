@@ -22,7 +22,7 @@ METHODS = ROOT / "configs" / "methods"
 def _run(*args: str, cwd: Path = ROOT, ok: bool = False, script: list[str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = script or [sys.executable, "-m", "lit_rlvr.cli", *args]
+    cmd = script or [sys.executable, "-m", "lit_rlvr.run.cli", *args]
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert (done.returncode == 0) == ok, (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
     return done

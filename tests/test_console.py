@@ -31,7 +31,7 @@ NOISE = [
 def _fit(*args: str) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--trainer.val_check_interval=2", *args],
+        [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, "--trainer.val_check_interval=2", *args],
         capture_output=True, text=True, env=env, timeout=600,
     )
     text = done.stdout + done.stderr
@@ -113,7 +113,7 @@ def test_the_log_handler_follows_stderr_when_it_is_replaced(monkeypatch):
     import io
     import logging
 
-    from lit_rlvr.console import CurrentStderrHandler
+    from lit_rlvr.run.console import CurrentStderrHandler
 
     logger = logging.getLogger("lit_rlvr.test_handler")
     monkeypatch.setattr(logger, "propagate", False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.dpo import DPOModule
 from lit_rlvr.g2d import PreferenceBatch, PreferenceDataModule, PreferencePair, load_preferences
 from lit_rlvr.losses import dpo_loss, ipo_loss
@@ -197,7 +197,7 @@ def test_dpo_runs_on_two_ddp_ranks(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     _write(tmp_path / "pairs.jsonl", _pairs(5))  # 5 pairs, 2 per rank: 2 steps per epoch, the last one wrapped
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", *DPO, "--trainer.strategy=ddp", "--trainer.devices=2",
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", *DPO, "--trainer.strategy=ddp", "--trainer.devices=2",
            "--trainer.max_epochs=1", "--trainer.logger.save_dir=runs", "--model.export_dir=null"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -1,4 +1,4 @@
-"""The console script starts fast (lit_rlvr.launch): the help of a command seen before comes from its cache and
+"""The console script starts fast (lit_rlvr.run.launch): the help of a command seen before comes from its cache and
 imports none of torch, Lightning, transformers or jsonargparse; the user tools' --help imports none either; a changed
 --config file renders the help again."""
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.launch import help_key, main
+from lit_rlvr.run.launch import help_key, main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 HEAVY = ("torch", "lightning", "transformers", "jsonargparse", "matplotlib", "pandas", "numpy")
-PROBE = ("import json, sys\nfrom lit_rlvr.launch import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+PROBE = ("import json, sys\nfrom lit_rlvr.run.launch import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
          "json.dump(sorted({m.split('.')[0] for m in sys.modules} & set(%r)), sys.stderr)" % (HEAVY,))
 
 

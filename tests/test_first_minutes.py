@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.data import HFDatasetSource
-from lit_rlvr.paths import looks_local
+from lit_rlvr.run.paths import looks_local
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -41,7 +41,7 @@ def test_a_missing_local_data_file_fails_at_once_naming_the_nearest_file(tmp_pat
 
 
 def test_a_missing_data_file_ends_the_command_before_the_model_is_built(tmp_path, monkeypatch, capsys, no_network):
-    from lit_rlvr.cli import LitRLVRCLI
+    from lit_rlvr.run.cli import LitRLVRCLI
 
     def never(*args, **kwargs):
         raise AssertionError("the classes (the model first) were built before the data file was checked")
@@ -67,7 +67,7 @@ def test_the_console_script_ends_a_missing_data_or_config_file_before_importing_
     (tmp_path / "train.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
     (tmp_path / "data.yaml").write_text("data:\n  source:\n    class_path: lit_rlvr.data.HFDatasetSource\n"
                                         "    init_args: {path: trian.jsonl, val_split: null, val_size: 1}\n")
-    probe = ("import json, sys\nfrom lit_rlvr.launch import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+    probe = ("import json, sys\nfrom lit_rlvr.run.launch import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
              "    print(json.dumps([str(e.code), 'torch' in sys.modules, 'lightning' in sys.modules]))")
     for extra in (["--config", "data.yaml"], ["--data.source=lit_rlvr.data.HFDatasetSource",
                                                "--data.source.init_args.path=trian.jsonl",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.g2d.pipeline import STAGES, run_pipeline, stage_commands
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.g2d import HarvestRecord, NoMixedPrompts, extreme_pairs, random_pairs
 from lit_rlvr.g2d.writer import harvest_summary, merge_shards, pair_rows
 
@@ -124,7 +124,7 @@ def test_a_harvest_without_a_mixed_prompt_says_so_and_writes_no_dataset():
 def test_two_ddp_ranks_split_the_prompts_and_the_writer_merges_them(tmp_path):
     """7 prompts on 2 gloo ranks: the distributed sampler repeats one; the dataset holds each prompt once."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", *HARVEST, "--trainer.strategy=ddp", "--trainer.devices=2",
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", *HARVEST, "--trainer.strategy=ddp", "--trainer.devices=2",
            "--data.source.init_args.train_size=7"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -50,22 +50,24 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.settings": 1,
     "lit_rlvr.policy": 1,
     "lit_rlvr.sharding": 1,
-    "lit_rlvr.checkpoint_files": 1,
-    "lit_rlvr.checkpointing": 1,
-    "lit_rlvr.step_files": 1,
-    "lit_rlvr.sharded_checkpoints": 1,
-    "lit_rlvr.preemption": 1,
+    "lit_rlvr.run.checkpoint_files": 1,
+    "lit_rlvr.run.checkpointing": 1,
+    "lit_rlvr.run.step_files": 1,
+    "lit_rlvr.run.sharded_checkpoints": 1,
+    "lit_rlvr.run.preemption": 1,
     "lit_rlvr.guards": 1,
     "lit_rlvr.data": 1,
-    "lit_rlvr.console": 1,
-    "lit_rlvr.plot": 1,
-    "lit_rlvr.paths": 1,
-    "lit_rlvr.group_file": 1,  # groups.csv's columns and reader, torch-free
-    "lit_rlvr.loggers": 1,
+    "lit_rlvr.run.console": 1,
+    "lit_rlvr.report.plot": 1,
+    "lit_rlvr.run.paths": 1,
+    "lit_rlvr.report.group_file": 1,  # groups.csv's columns and reader, torch-free
+    "lit_rlvr.run.loggers": 1,
     "lit_rlvr.voting": 1,
-    "lit_rlvr.curves": 1,
+    "lit_rlvr.report.curves": 1,
     "lit_rlvr.seeds": 1,
     "lit_rlvr.critical_batch": 1,  # the batch rule: pure arithmetic
+    "lit_rlvr.report": 1,  # the report wing's package file (imports nothing); its modules are placed one by one
+    "lit_rlvr.run": 1,  # the run wing's package file (imports nothing)
     "lit_rlvr.critical_batch.calibrate": 5,  # `lit-rlvr calibrate`: runs fits
     # 2. rollout: engines and the rollout loop (stages 2-3b).
     "lit_rlvr.rollout": 2,
@@ -75,30 +77,30 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.update": 3,
     "lit_rlvr.dpo": 3,
     "lit_rlvr.g2d": 3,
-    "lit_rlvr.group_records": 3,
+    "lit_rlvr.report.group_records": 3,
     # 4. methods: the selection callbacks.
     "lit_rlvr.callbacks": 4,
     # 5. applications: the command line, its user tools and the reports.
     "lit_rlvr": 5,  # the package's __init__ (only a version string)
-    "lit_rlvr.cli": 5,
-    "lit_rlvr.runs": 5,
-    "lit_rlvr.resumes": 5,
-    "lit_rlvr.config_checks": 5,
-    "lit_rlvr.selection_report": 5,
-    "lit_rlvr.report_figure": 5,
-    "lit_rlvr.lever_report": 5,
-    "lit_rlvr.advice": 5,
-    "lit_rlvr.launch": 5,  # the console script: stdlib only until a Trainer command
-    "lit_rlvr.user_tools": 5,  # SUBCOMMANDS, stdlib only
-    "lit_rlvr.cli_help": 5,
-    "lit_rlvr.cli_errors": 5,
-    "lit_rlvr.progress_log": 1,
-    "lit_rlvr.threads": 5,
-    "lit_rlvr.summary": 5,
+    "lit_rlvr.run.cli": 5,
+    "lit_rlvr.run.runs": 5,
+    "lit_rlvr.run.resumes": 5,
+    "lit_rlvr.run.config_checks": 5,
+    "lit_rlvr.report.selection_report": 5,
+    "lit_rlvr.report.report_figure": 5,
+    "lit_rlvr.report.lever_report": 5,
+    "lit_rlvr.report.advice": 5,
+    "lit_rlvr.run.launch": 5,  # the console script: stdlib only until a Trainer command
+    "lit_rlvr.run.user_tools": 5,  # SUBCOMMANDS, stdlib only
+    "lit_rlvr.run.cli_help": 5,
+    "lit_rlvr.run.cli_errors": 5,
+    "lit_rlvr.run.progress_log": 1,
+    "lit_rlvr.run.threads": 5,
+    "lit_rlvr.report.summary": 5,
     "lit_rlvr.arrol_vote": 5,
-    "lit_rlvr.oc_fixed": 5,
+    "lit_rlvr.oc_fixed_harvest": 5,
     "lit_rlvr.probe": 5,
-    "lit_rlvr.fit_config": 5,
+    "lit_rlvr.run.fit_config": 5,
     "lit_rlvr.g2d.pipeline": 5,
     # 6. the lab: benchmarks (and the benchmarks/ scripts, outside the package). It may import the
     # product; nothing in the product imports it.
@@ -115,7 +117,7 @@ REPRESENTATIVES: dict[int, list[str]] = {
     2: ["lit_rlvr.rollout.loop", "lit_rlvr.rollout.revise"],
     3: ["lit_rlvr.module", "lit_rlvr.dpo", "lit_rlvr.g2d"],
     4: ["lit_rlvr.callbacks"],
-    5: ["lit_rlvr.cli", "lit_rlvr.selection_report", "lit_rlvr.summary", "lit_rlvr.curves"],
+    5: ["lit_rlvr.run.cli", "lit_rlvr.report.selection_report", "lit_rlvr.report.summary", "lit_rlvr.report.curves"],
 }
 """Per layer, modules imported together in one fresh interpreter."""
 
@@ -342,7 +344,7 @@ def modules_loaded_by(groups: dict[str, list[str]]) -> dict[str, list[str]]:
 
 
 def _subcommand_modules() -> list[str]:
-    from lit_rlvr.cli import SUBCOMMANDS
+    from lit_rlvr.run.cli import SUBCOMMANDS
 
     return sorted({target.split(":")[0] for target, _ in SUBCOMMANDS.values()})
 
@@ -424,7 +426,7 @@ def test_the_lab_check_finds_an_import_of_the_benchmarks_wherever_it_stands(tmp_
     package = tmp_path / "lit_rlvr"
     (package / "bench").mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "bench" / "__init__.py").write_text("from lit_rlvr.cli import main\n")  # the lab may use the product
+    (package / "bench" / "__init__.py").write_text("from lit_rlvr.run.cli import main\n")  # the lab may use the product
     (package / "cli.py").write_text("import benchmarks.bench_step\n")
     (package / "selection_report.py").write_text("def f():\n    from lit_rlvr.bench.report.runs import Run\n")
     assert [line.split(": ", 1)[1] for line in lab_imports(package)] == [

@@ -2,7 +2,7 @@
 
 import yaml
 
-from lit_rlvr.config_checks import method_config_notices
+from lit_rlvr.run.config_checks import method_config_notices
 
 DS = {"class_path": "lit_rlvr.callbacks.DynamicSampling"}
 GRESO = {"class_path": "lit_rlvr.callbacks.GRESO"}

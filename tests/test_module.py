@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.collate import TrainingTensors
 from lit_rlvr.losses import Normalizer
 from lit_rlvr.module import GRPOModule, LossSettings, RolloutSettings

@@ -1,4 +1,4 @@
-"""OC-GRPO-Fixed's offline harvest (lit_rlvr.oc_fixed): lowest solving fraction, original + guided rows, resume."""
+"""OC-GRPO-Fixed's offline harvest (lit_rlvr.oc_fixed_harvest): lowest solving fraction, original + guided rows, resume."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import yaml
 
 from lit_rlvr.callbacks.oc_guidance import guided_messages, solution_prefix
 from lit_rlvr.data import HFDatasetSource, PromptDataModule
-from lit_rlvr.cli import run_subcommand
-from lit_rlvr.oc_fixed import harvest
+from lit_rlvr.run.cli import run_subcommand
+from lit_rlvr.oc_fixed_harvest import harvest
 from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rewards import CallableReward, RewardScorer
 from lit_rlvr.rollout.base import SamplingConfig

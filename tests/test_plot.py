@@ -1,12 +1,12 @@
-"""lit_rlvr.plot: one run per version, a resumed run read whole in step order, several runs never mixed."""
+"""lit_rlvr.report.plot: one run per version, a resumed run read whole in step order, several runs never mixed."""
 
 import csv
 from pathlib import Path
 
 import pytest
 
-from lit_rlvr.cli import main
-from lit_rlvr.plot import heldout, load_run, metrics_files, plot_run, read_run
+from lit_rlvr.run.cli import main
+from lit_rlvr.report.plot import heldout, load_run, metrics_files, plot_run, read_run
 
 
 def _write(path: Path, rows: list[dict]) -> None:

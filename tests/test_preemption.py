@@ -12,15 +12,16 @@ import sys
 import pytest
 import torch
 
-from tests.test_module import PARITY, ROOT, TINY, _fit, _metrics
+from tests.test_module import PARITY, ROOT, TINY, _fit
+from tests.metrics_files import step_rows
 
 
 def _interrupted_fit(workdir, signum: int, at_step: int, steps: int, sender: str = "tests.fit_callbacks.SignalAtStep") -> subprocess.CompletedProcess:
-    """``python -m lit_rlvr.cli fit`` on the tiny config that receives ``signum`` while step ``at_step`` runs
+    """``python -m lit_rlvr.run.cli fit`` on the tiny config that receives ``signum`` while step ``at_step`` runs
     (as it starts, or with ``tests.stop_helpers.SignalAfterRollout`` once its rollouts are scored)."""
     workdir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, f"--trainer.max_steps={steps}",
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, f"--trainer.max_steps={steps}",
            "--trainer.limit_val_batches=0", *PARITY, f"--trainer.callbacks+={sender}",
            f"--trainer.callbacks.step={at_step}", f"--trainer.callbacks.signum={signum}"]
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
@@ -36,9 +37,9 @@ def test_sigterm_mid_fit_saves_a_checkpoint_that_resumes_with_identical_metrics(
     # the signal came as the third step (steps_done 2) started: that step was abandoned before its rollout,
     # and the state after the second was saved
     assert torch.load(ckpt, weights_only=True)["global_step"] == 2
-    assert len(_metrics(first)) == 2
+    assert len(step_rows(first)) == 2
     resumed = _fit(tmp_path, "resumed", 6, ckpt=ckpt)
-    a, b = _metrics(straight), _metrics(first) + _metrics(resumed)
+    a, b = step_rows(straight), step_rows(first) + step_rows(resumed)
     assert len(b) == 6
     for key in ["reward/mean", "tokens/generated", "cumulative/rollouts_generated", "train/loss"]:
         assert [float(r[key]) for r in a] == pytest.approx([float(r[key]) for r in b], rel=1e-4, abs=1e-6), key
@@ -56,7 +57,7 @@ def test_ctrl_c_after_the_rollout_saves_after_the_step_and_exits_130(tmp_path):
 def test_sigterm_on_one_ddp_rank_stops_both_after_the_step(tmp_path):
     """2 processes (gloo): rank 1 alone gets SIGTERM; both ranks finish the step, rank 0 saves, the run exits 143."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--trainer.strategy=ddp", "--trainer.devices=2",
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, "--trainer.strategy=ddp", "--trainer.devices=2",
            "--trainer.max_steps=6", "--trainer.limit_val_batches=0", *PARITY, "--trainer.callbacks+=tests.fit_callbacks.SignalAtStep",
            "--trainer.callbacks.step=2", "--trainer.callbacks.rank=1"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -67,7 +68,7 @@ def test_sigterm_on_one_ddp_rank_stops_both_after_the_step(tmp_path):
 
 _EXIT_PROBE = """
 import os, sys
-from lit_rlvr.preemption import StopOnSignal, StoppedBySignal
+from lit_rlvr.run.preemption import StopOnSignal, StoppedBySignal
 
 class InACycle:
     def __del__(self, _open=os.open, _write=os.write, _flags=os.O_CREAT | os.O_WRONLY, _path=sys.argv[1]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from lit_rlvr.bench.budget import RolloutBudget
-from lit_rlvr.progress_log import ProgressLog, rollout_budget
+from lit_rlvr.run.progress_log import ProgressLog, rollout_budget
 
 
 def _trainer(callbacks, max_steps=1000):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.group_records import GroupRecord, read_groups
-from lit_rlvr.selection_report import (MIN_REVISITS, MEASURED_CAVEAT, SelectionStats, read_selection_records,
+from lit_rlvr.report.group_records import GroupRecord, read_groups
+from lit_rlvr.report.selection_report import (MIN_REVISITS, MEASURED_CAVEAT, SelectionStats, read_selection_records,
                                        selection_stats, verdict)
 from tests.benchmark_scripts import load_benchmark
 

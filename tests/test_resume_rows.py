@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from tests.test_module import PARITY, ROOT, TINY
 
 pytestmark = pytest.mark.integration
@@ -141,7 +141,7 @@ def test_a_sigkill_between_a_steps_checkpoint_and_its_row_loses_no_row(finished,
     # Lightning has not logged that step's metrics row yet (before: that row was missing for good)
     root = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, f"--trainer.default_root_dir={root}",
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, f"--trainer.default_root_dir={root}",
            "--trainer.max_steps=4", *PARITY, "--trainer.callbacks+=tests.stop_helpers.KillAtSave", "--trainer.callbacks.step=2"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]

@@ -1,5 +1,5 @@
-"""Which run a resume writes into, and the resumes refused because they would lose rows (``lit_rlvr.resumes``,
-``lit_rlvr.runs.place_run``), on run folders built by hand; real fits: tests/test_resume_rows.py."""
+"""Which run a resume writes into, and the resumes refused because they would lose rows (``lit_rlvr.run.resumes``,
+``lit_rlvr.run.runs.place_run``), on run folders built by hand; real fits: tests/test_resume_rows.py."""
 
 import hashlib
 from pathlib import Path
@@ -9,9 +9,9 @@ import pytest
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from lit_rlvr.loggers import CSVLogger
-from lit_rlvr.resumes import own_run, resume_refusal
-from lit_rlvr.runs import place_run
+from lit_rlvr.run.loggers import CSVLogger
+from lit_rlvr.run.resumes import own_run, resume_refusal
+from lit_rlvr.run.runs import place_run
 
 
 def _run(root: Path, steps: dict[str, int], rows: int, version: int = 0) -> Path:

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from lit_rlvr.loggers import CSVLogger
-from lit_rlvr.runs import place_run, reserve_version
+from lit_rlvr.run.loggers import CSVLogger
+from lit_rlvr.run.runs import place_run, reserve_version
 
 
 def _place(root: str) -> int:

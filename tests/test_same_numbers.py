@@ -2,7 +2,7 @@
 beside it, logs identical per-step metrics (every column but the timings).
 
 The fit runs through the real command line without OMP_NUM_THREADS, so lit-rlvr's own thread policy
-(lit_rlvr.threads) decides: on a machine with at most SMALL_MACHINE CPUs, one torch thread.
+(lit_rlvr.run.threads) decides: on a machine with at most SMALL_MACHINE CPUs, one torch thread.
 
 Seen passing on the shared 2-core machine since 2026-12-03 (it once timed out there at load 10, when the
 reward workers' start-up exceeded its 120 s limit).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.threads import SMALL_MACHINE, available_cpus
+from lit_rlvr.run.threads import SMALL_MACHINE, available_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -28,7 +28,7 @@ ARGS = ["--trainer.max_steps=4", "--trainer.val_check_interval=4", "--model.rewa
 def _fit(workdir: Path) -> tuple[list[dict[str, str]], str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "LIT_RLVR_THREADS")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, *ARGS], cwd=workdir, env=env,
+    done = subprocess.run([sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, *ARGS], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     with open(workdir / "runs" / "tiny" / "csv" / "version_0" / "metrics.csv") as f:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.cli import main
-from lit_rlvr.group_records import GroupRecord, read_groups
-from lit_rlvr.selection_report import (MIN_REVISITS, MIN_VARIANCE_SHARE, MIN_ZERO_VARIANCE_SHARE, PERSISTENCE,
+from lit_rlvr.run.cli import main
+from lit_rlvr.report.group_records import GroupRecord, read_groups
+from lit_rlvr.report.selection_report import (MIN_REVISITS, MIN_VARIANCE_SHARE, MIN_ZERO_VARIANCE_SHARE, PERSISTENCE,
                                        SelectionStats, oracle_ratio, selection_stats, verdict)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -44,7 +44,7 @@ def _run(workdir: Path, *extra: str, strategy: str = "fsdp2", expect: int = 0) -
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     where = ["--config", FSDP2] if strategy == "fsdp2" else ["--trainer.strategy=ddp", "--trainer.devices=2"]
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, *where, "--config", GRESO,
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, *where, "--config", GRESO,
            "--trainer.default_root_dir=run", *COMMON, *extra]
     # a session of its own: a kill -9 of the run's process group reaches both ranks and nothing else
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900, start_new_session=True)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.policy import LoraSettings, PolicyConfig, load_policy
 from lit_rlvr.sharding import data_parallel_mesh, decoder_layers, is_sharded, local_fraction
 

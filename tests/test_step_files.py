@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 
 from lit_rlvr.bench.recorder import SelectionRecorder
-from lit_rlvr.group_records import GroupRecorder
-from lit_rlvr.loggers import CSVLogger
-from lit_rlvr.step_files import StepCellError, drop_rows_from_step, newest_step, restore_row, steps_to_run
+from lit_rlvr.report.group_records import GroupRecorder
+from lit_rlvr.run.loggers import CSVLogger
+from lit_rlvr.run.step_files import StepCellError, drop_rows_from_step, newest_step, restore_row, steps_to_run
 
 
 def test_rows_of_later_steps_are_dropped_and_the_rest_kept_byte_for_byte(tmp_path):

@@ -14,7 +14,8 @@ import torch
 
 from lit_rlvr.guards import RewardFailureGuard
 from tests.assertions import assert_same
-from tests.test_module import ROOT, TINY, _metrics
+from tests.test_module import ROOT, TINY
+from tests.metrics_files import step_rows
 
 CUE = "sleepy reward: sleeping"
 FAST = ["--trainer.limit_val_batches=0", "--model.evaluation.before_training=false"]
@@ -26,7 +27,7 @@ so the bound is the scheduler's, not a quiet machine's."""
 
 def _cli() -> list[str]:
     script = os.path.join(os.path.dirname(sys.executable), "lit-rlvr")
-    return [script] if os.path.exists(script) else [sys.executable, "-m", "lit_rlvr.cli"]
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "lit_rlvr.run.cli"]
 
 
 def _reward_config(workdir, fn: str, **init_args) -> str:
@@ -94,11 +95,11 @@ def test_sigterm_during_a_hanging_reward_saves_the_last_step_at_once_and_resumes
     # bookkeeping aside), loop counters, RNG, optimizer and callback state included
     for ckpt in (saved, after_step_1):
         ckpt["callbacks"] = {k: v for k, v in ckpt["callbacks"].items() if not k.startswith("ModelCheckpoint")}
-    # the periodic save carries step 1's metrics row, which Lightning logs just after it (lit_rlvr.step_files);
+    # the periodic save carries step 1's metrics row, which Lightning logs just after it (lit_rlvr.run.step_files);
     # by the signal that row was logged, so the save on the signal carries none
     assert after_step_1["lit_rlvr"].pop("unlogged_row")["step"] == 0 and "unlogged_row" not in saved["lit_rlvr"]
     assert_same(saved, after_step_1, "checkpoint")
-    assert len(_metrics(str(tmp_path / "runs" / "tiny"))) == 1  # step 2 was not trained on, nor logged
+    assert len(step_rows(str(tmp_path / "runs" / "tiny"))) == 1  # step 2 was not trained on, nor logged
 
     # the resumed run scores step 2 with the same function minus the sleep (a fresh process, as after a preemption)
     awake = _reward_config(tmp_path, "parity", workers=1, timeout_s=120)
@@ -106,7 +107,7 @@ def test_sigterm_during_a_hanging_reward_saves_the_last_step_at_once_and_resumes
                               "--model.checkpoint_every_n_steps=1", f"--ckpt_path={last}"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert torch.load(last, weights_only=True)["global_step"] == 2
-    assert len(_metrics(str(tmp_path / "runs" / "tiny"))) == 2  # the resumed run trained step 2
+    assert len(step_rows(str(tmp_path / "runs" / "tiny"))) == 2  # the resumed run trained step 2
 
 
 @pytest.mark.integration
@@ -144,7 +145,7 @@ def test_a_reward_that_fails_every_call_stops_the_run_naming_it(tmp_path, fn, in
         assert part in last, last
     assert ("took longer than 0.5 s" in last) == (fn == "always_sleeps")
     assert ("timeout_s" in last) == (fn == "always_sleeps")  # the timeout is named only when calls time out
-    assert len(_metrics(str(tmp_path / "runs" / "tiny"))) == 2  # the third failed step was not trained on
+    assert len(step_rows(str(tmp_path / "runs" / "tiny"))) == 2  # the third failed step was not trained on
 
 
 @pytest.mark.parametrize("limit", [0, -1, 1.5, True])

@@ -1,6 +1,6 @@
-"""The user tools as ``lit-rlvr`` subcommands (``lit_rlvr.cli.SUBCOMMANDS``): one table, each tool answers
+"""The user tools as ``lit-rlvr`` subcommands (``lit_rlvr.run.cli.SUBCOMMANDS``): one table, each tool answers
 ``--help`` under its own name, the run readers work on a committed run, the probe runs on a config, and
-the tools that read fit configs (``probe``, ``oc-harvest``: ``lit_rlvr.fit_config``) read every shipped one.
+the tools that read fit configs (``probe``, ``oc-harvest``: ``lit_rlvr.run.fit_config``) read every shipped one.
 
 The other real invocations: ``lit-rlvr oc-harvest`` (tests/test_oc_fixed_harvest.py), ``lit-rlvr arrol-vote``
 (tests/test_arrol_vote.py), ``lit-rlvr g2d`` (tests/test_g2d_pipeline.py), ``lit-rlvr plot`` on a resumed run
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_rlvr.cli import SUBCOMMANDS, main
+from lit_rlvr.run.cli import SUBCOMMANDS, main
 from lit_rlvr.data import PromptDataModule
-from lit_rlvr.fit_config import build_fit, config_args
+from lit_rlvr.run.fit_config import build_fit, config_args
 from lit_rlvr.probe import histogram, probe_settings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from lit_rlvr.cli import main
-from lit_rlvr.plot import which_run
-from lit_rlvr.selection_report import MIN_REVISITS, oracle_ratio, selection_stats, verdict
-from lit_rlvr.summary import RunSummary
+from lit_rlvr.run.cli import main
+from lit_rlvr.report.plot import which_run
+from lit_rlvr.report.selection_report import MIN_REVISITS, oracle_ratio, selection_stats, verdict
+from lit_rlvr.report.summary import RunSummary
 from tests.test_selection_report import RECORDS, _train
 
 

@@ -184,7 +184,7 @@ def test_the_first_iteration_records_the_old_logprobs():
 def test_two_ddp_ranks_step_when_every_row_on_one_rank_is_skipped(tmp_path):
     """Rank 0's rows all have advantage 0 (its zero-weight placeholder row runs); rank 1 learns. No hang."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
            "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
            "--model.rollout.max_new_tokens=4", "--model.rewards+=lit_rlvr.rewards.CallableReward",
            "--model.rewards.fn=tests.helpers:rank0_solves_everything"]

@@ -1,6 +1,6 @@
 """Run many ``lit-rlvr fit`` commands in a few long-lived processes.
 
-A benchmark runs dozens of short fits. Starting each as ``python -m lit_rlvr.cli fit`` pays the
+A benchmark runs dozens of short fits. Starting each as ``python -m lit_rlvr.run.cli fit`` pays the
 import of Lightning, transformers and lit-rlvr (about 4 s on a 2-core CPU) every time;
 ``FitPool`` imports them once per worker process and then runs each fit in it, in its own
 folder, with its output in ``<folder>/fit.log``. A fit is the same ``LitRLVRCLI`` a command line
@@ -29,7 +29,7 @@ def run_fit(run_dir: str | Path, argv: Sequence[str], log_name: str = "fit.log",
     working directory, file descriptors 1 and 2, ``sys.stdout``/``sys.stderr`` and ``sys.argv``
     are restored afterwards.
     """
-    from lit_rlvr.cli import main
+    from lit_rlvr.run.cli import main
 
     run_dir = Path(run_dir)
     cwd = os.getcwd()
@@ -108,7 +108,7 @@ def _init_worker(threads: int, parent: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    import lit_rlvr.cli  # noqa: F401
+    import lit_rlvr.run.cli  # noqa: F401
 
 
 class FitPool:

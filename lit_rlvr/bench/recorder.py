@@ -35,7 +35,7 @@ import lightning.pytorch as pl
 import torch
 
 from lit_rlvr.selection import SelectionCallback, data_epoch, gather_rows, group_observations
-from lit_rlvr.step_files import ResumableRowWriter
+from lit_rlvr.run.step_files import ResumableRowWriter
 from lit_rlvr.types import PromptPool, RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover

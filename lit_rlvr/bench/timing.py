@@ -26,7 +26,7 @@ import lightning.pytorch as pl
 
 from lit_rlvr.bench.recorder import SelectionRecorder
 from lit_rlvr.selection import RolloutAllocator, RolloutFilter, RolloutPruner, SelectionCallback, TokenWeighter
-from lit_rlvr.group_records import GroupRecorder
+from lit_rlvr.report.group_records import GroupRecorder
 
 
 class Stopwatch:

@@ -1,6 +1,6 @@
 """OC-GRPO-Fixed (arXiv 2607.19313; reference code AgPriyank/OC-GRPO), the paper's offline variant.
 
-An offline harvest (``lit_rlvr.oc_fixed``, ``lit-rlvr oc-harvest``) finds the problems
+An offline harvest (``lit_rlvr.oc_fixed_harvest``, ``lit-rlvr oc-harvest``) finds the problems
 the base model never solves, climbs the prefix cascade 0.2 → 1.0 for each, and writes a dataset of
 every original row plus one guided row per solved problem, at its lowest solving fraction: its
 own prompt id, its messages the guided prompt x̃, its metadata ``oc_guided`` = {fraction,

@@ -9,7 +9,7 @@ w_t = clamp(exp(γ·(log π_old(y_t|x) − log π_old(y_t|x̃))), 0.01, 1).
 
 The Fixed variant (guided prompts harvested offline, one per solved problem at its lowest
 solving fraction, trained on the plain prompt with the same weight) is ``OCGRPOFixed``
-(``callbacks/oc_fixed.py``) with the harvest ``lit_rlvr.oc_fixed``; what the variants share
+(``callbacks/oc_fixed.py``) with the harvest ``lit_rlvr.oc_fixed_harvest``; what the variants share
 (``guided_attempts``, ``guided_token_weights``) is in ``callbacks/oc_shared.py``.
 """
 

@@ -10,6 +10,6 @@ report reads it from ``metrics.csv``, ``AdaptiveBatch`` over its window).
 ``noise_scale``: the per-step estimator (unbiased |G|² and tr Σ from the groups' gradients) and its tracker.
 ``levers``: what each lever (a smaller batch or group, refill, pre-selection) would save under the model.
 The update's side of the meter (hooks on for one update, group ids per forward) is ``lit_rlvr.update.noise_meter``;
-the summary's and the report's lines are ``lit_rlvr.lever_report``. Only ``group_gradients`` and ``noise_scale``
+the summary's and the report's lines are ``lit_rlvr.report.lever_report``. Only ``group_gradients`` and ``noise_scale``
 import torch: the report reads the rest torch-free.
 """

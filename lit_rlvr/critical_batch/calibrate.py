@@ -82,7 +82,7 @@ def _steps(run_dir: str) -> list[tuple[float, float]]:
 def measure(configs: Sequence[str], prompts: int, steps: int, extra: Sequence[str], workdir: str) -> list[tuple[float, float]]:
     """Run the configs for ``steps`` steps at ``prompts`` per step in a fresh process; its steps (rollouts, CPU s)."""
     run_dir = os.path.join(workdir, f"prompts{prompts}")
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", *[a for c in configs for a in ("--config", c)],
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", *[a for c in configs for a in ("--config", c)],
            f"--data.batch_size={prompts}", f"--trainer.max_steps={steps}", "--trainer.limit_val_batches=0",
            "--trainer.enable_checkpointing=false", "--model.evaluation.before_training=false",
            f"--trainer.default_root_dir={run_dir}",

@@ -24,7 +24,7 @@ would leave (from the run's groups.csv; ``history_f``), and 1 (a perfect selecto
 The interval of each prediction comes from the noise scale's 95% interval (jackknife over steps);
 where that standard error is unavailable the interval is unknown (NaN), never a point. The model's own
 error is not in it: the benchmarks check it (docs/noise_scale.md). The run's one verdict is built from
-these predictions in ``lit_rlvr.advice``; the summary's and the report's lines on them are ``lit_rlvr.lever_report``.
+these predictions in ``lit_rlvr.report.advice``; the summary's and the report's lines on them are ``lit_rlvr.report.lever_report``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import re
 from typing import Any, Optional, Union
 
 from lit_rlvr.data.files import Row, is_json_file, read_json_rows, read_text
-from lit_rlvr.paths import check_local_file
+from lit_rlvr.run.paths import check_local_file
 from lit_rlvr.data.sources import PromptSource
 
 __all__ = ["HFDatasetSource"]

@@ -106,7 +106,7 @@ def run_pipeline(
     stages: Sequence[str] = STAGES,
 ) -> dict[str, Any]:
     """Run the chosen stages in this process, in order; returns (and saves) the compute report."""
-    from lit_rlvr.cli import main
+    from lit_rlvr.run.cli import main
 
     commands = stage_commands(k, out, config_dir, overlay_dir, dpo_from, extra)
     for stage in STAGES:

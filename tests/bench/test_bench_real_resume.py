@@ -111,7 +111,7 @@ def test_a_folder_of_other_arguments_is_not_resumed(tmp_path):
 
 def test_a_step_file_newer_than_last_ckpt_is_the_one_resumed(tmp_path):
     """A kill while last.ckpt was being copied leaves the step's own file newer: resuming from last.ckpt would be
-    refused (lit_rlvr.resumes), so the bench resumes from the newest."""
+    refused (lit_rlvr.run.resumes), so the bench resumes from the newest."""
     import torch
 
     bench = load_benchmark("bench_real")

@@ -175,7 +175,7 @@ def test_budget_yaml_passes_the_allocator_check_for_every_allocator_method(tmp_p
     # earlier as its prefix: budget.yaml must (a CpuClock put first broke it for VIGOR, Dynamic Sampling, Pilot-Commit)
     import argparse
 
-    from lit_rlvr.config_checks import method_config_notices
+    from lit_rlvr.run.config_checks import method_config_notices
 
     bench = _bench_module()
     config = ROOT / "configs" / "bench" / "smollm2_mixed.yaml"

@@ -5,7 +5,7 @@ import glob
 from pathlib import Path
 
 from lit_rlvr.bench.report import make_report
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 
 TINY = str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml")
 

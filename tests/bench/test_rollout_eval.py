@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lit_rlvr.bench.rollout_eval import METRICS, RolloutEval
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.data.sources import PromptRecord
 from tests.bench.test_recorder import TINY
 

@@ -6,7 +6,7 @@ import glob
 import pytest
 
 from lit_rlvr.bench.timing import Stopwatch
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from tests.bench.test_recorder import TINY
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TUNED = ROOT / "configs" / "methods" / "grpo_tuned.yaml"

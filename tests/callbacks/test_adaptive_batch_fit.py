@@ -41,7 +41,7 @@ def _fit(workdir: Path, *extra: str, callbacks: tuple[str, ...] = (), expect: in
     """A fit of the tiny config with the controller (``extra``: its init_args and trainer flags; ``callbacks``: more, appended)."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", *COMMON, *extra, *RECORDER, *callbacks]
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", *COMMON, *extra, *RECORDER, *callbacks]
     # a session of its own: a kill -9 or a hung rank takes nothing else with it
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900, start_new_session=True)
     assert done.returncode == expect, done.stderr[-4000:]

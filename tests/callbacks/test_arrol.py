@@ -15,7 +15,7 @@ import torch
 from lit_rlvr.callbacks import ARRoL, DynamicSampling, FixedGroupAllocator, PODS, SARA, VIGOR, PartialRollouts, seeded_generator
 from lit_rlvr.callbacks.arrol import default_detect_tokens, keep_count
 from lit_rlvr.callbacks.quality_head import BucketCalibrator, QualityHead, auc, brier, choose_survivors
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.selection import RolloutAllocator, check_composition
 from lit_rlvr.types import Completion
 from tests.callbacks.fixtures import make_pool, with_context
@@ -312,7 +312,7 @@ def test_resumed_run_makes_the_same_pruning_decisions(tmp_path):
 @pytest.mark.slow
 def test_two_ddp_ranks_hold_identical_head_and_calibration(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", *FIT, "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=4"]
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", *FIT, "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=4"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     rank0 = torch.load(tmp_path / "selector_dump" / "rank0.pt", weights_only=False)

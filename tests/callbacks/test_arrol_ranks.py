@@ -42,7 +42,7 @@ def _run(workdir: Path, strategy: str) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     where = ["--config", str(ROOT / "configs" / "cpu" / "fsdp2.yaml")] if strategy == "fsdp2" else ["--trainer.strategy=ddp", "--trainer.devices=2"]
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"), *where, *ARGS]
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"), *where, *ARGS]
     # a session of its own, killed whole at the timeout: ranks out of step would wait on each other for ever
     done = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900, start_new_session=True)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from tests.assertions import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def test_resumed_run_makes_the_same_decisions(tmp_path, method):
 def test_two_ddp_ranks_hold_identical_selector_state(tmp_path, method):
     """2 processes (gloo on CPU): selector state and pre-rollout decisions agree on both ranks."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY,
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY,
            "--config", str(ROOT / "configs" / "methods" / f"{method}.yaml"),
            "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=6", *COMMON, *RECORDER]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -568,7 +568,7 @@ def test_resumed_fit_makes_the_same_selections(tmp_path, method):
 @pytest.mark.integration
 def test_two_ddp_ranks_make_identical_selections(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY,
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY,
            "--config", str(ROOT / "configs" / "methods" / "leeps_pods.yaml"),
            "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=4", *COMMON, *RECORDER]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lit_rlvr.callbacks import DPS, GRESO, DynamicSampling
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from tests.assertions import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import torch
 
 from lit_rlvr.callbacks import OCGRPO, GroupReviser
 from lit_rlvr.callbacks.oc_guidance import Attempt, climb_cascade, guided_messages, importance_weights, solution_prefix
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.collate import collate_rollouts
 from lit_rlvr.data import HFDatasetSource, PromptDataModule, ReasoningGymSource
 from lit_rlvr.data.solutions import worked_arithmetic
@@ -421,7 +421,7 @@ def test_tiny_fit_guides_counts_and_resumes_with_the_same_decisions(tmp_path):
 @pytest.mark.integration
 def test_two_ddp_ranks_make_and_record_the_same_guidance_decisions(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--config", OC,
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, "--config", OC,
            "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.max_steps=3", *FIT]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -12,7 +12,7 @@ import torch
 
 from lit_rlvr.callbacks import OCGRPO, OCGRPOFixed
 from lit_rlvr.callbacks.oc_guidance import guided_messages
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.collate import collate_rollouts
 from lit_rlvr.rollout.revise import apply_revision, revise
 from lit_rlvr.types import Completion, GroupReplacement, PromptPool, Revision, RolloutBatch, RolloutStats

@@ -32,7 +32,7 @@ def _fit(tmp: Path) -> Path:
     workdir = tmp / "fit"
     workdir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
            "--config", str(ROOT / "configs" / "methods" / "oc_grpo_fixed.yaml"), "--config", str(tmp / "harvest" / "data.yaml"),
            "--trainer.strategy=ddp", "--trainer.devices=2", f"--trainer.max_steps={STEPS}", "--trainer.default_root_dir=run",
            "--model.rewards=[{class_path: lit_rlvr.rewards.CallableReward, init_args: {fn: 'tests.helpers:quarter_reward'}}]",

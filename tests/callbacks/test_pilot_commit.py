@@ -412,7 +412,7 @@ def test_bad_settings_fail_at_start_naming_the_flag():
 
 # --------------------------------------------------------------------------- real tiny fits
 
-FIT = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
+FIT = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", str(ROOT / "configs" / "tiny.yaml"),
        "--config", str(ROOT / "configs" / "methods" / "pilot_commit.yaml"),
        "--model.rewards+=lit_rlvr.rewards.CallableReward", "--model.rewards.fn=tests.helpers:mixed_difficulty_reward",
        "--trainer.limit_val_batches=0", "--model.rollout.max_new_tokens=4",

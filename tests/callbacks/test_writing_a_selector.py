@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from tests.callbacks.fixtures import at_step, make_batch, make_pool
 from tests.assertions import assert_same
 from tests.examples.skip_solved import SkipSolved

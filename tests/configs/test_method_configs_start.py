@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rlvr.cli import main
+from lit_rlvr.run.cli import main
 from lit_rlvr.module import GRPOModule
 
 ROOT = Path(__file__).resolve().parents[2]

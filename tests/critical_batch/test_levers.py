@@ -1,10 +1,10 @@
-"""Lever predictions from the critical-batch model (lit_rlvr.critical_batch.levers) and their lines (lit_rlvr.lever_report): formulas worked by hand, the verdict's calls."""
+"""Lever predictions from the critical-batch model (lit_rlvr.critical_batch.levers) and their lines (lit_rlvr.report.lever_report): formulas worked by hand, the verdict's calls."""
 
 import math
 
 import pytest
 
-from lit_rlvr.lever_report import critical_batch_line, lever_page_section
+from lit_rlvr.report.lever_report import critical_batch_line, lever_page_section
 from lit_rlvr.critical_batch.levers import (LeverPrediction, RunNoise, lever_predictions, preselect,
                              refill, run_noise, smaller_batch)
 
@@ -122,8 +122,8 @@ def test_the_informative_share_of_smaller_groups_is_drawn_without_replacement():
 
 
 def test_the_group_size_lever_needs_the_split_and_carries_both_intervals():
-    from lit_rlvr.advice import run_advice
-    from lit_rlvr.group_file import RunFacts
+    from lit_rlvr.report.advice import run_advice
+    from lit_rlvr.report.group_file import RunFacts
     from lit_rlvr.critical_batch.levers import GroupSizes, smaller_group
 
     sizes = GroupSizes(8, {2: 1.2, 4: 1.6})

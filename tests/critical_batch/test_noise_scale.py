@@ -279,7 +279,7 @@ def test_the_run_noise_scale_is_a_ratio_of_sums_with_a_jackknife_error():
 
 def _fit(enabled: bool, tmp_path, steps: int = 2, split: bool = False):
     from lit_rlvr.data import PromptDataModule, ReasoningGymSource
-    from lit_rlvr.loggers import CSVLogger
+    from lit_rlvr.run.loggers import CSVLogger
     from lit_rlvr.module import GRPOModule, LossSettings, OptimizerSettings, RolloutSettings
     from lit_rlvr.policy import LoraSettings, PolicyConfig
     from lit_rlvr.rewards import CallableReward

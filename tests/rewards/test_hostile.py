@@ -385,7 +385,7 @@ def test_no_worker_outlives_the_trainer(tmp_path):
 
 def test_strict_refuses_a_fit_before_any_reward_is_built(monkeypatch):
     """On a kernel without Landlock (simulated), a strict fit stops naming the feature and the flag."""
-    from lit_rlvr.cli import main
+    from lit_rlvr.run.cli import main
     from lit_rlvr.rewards.workers import process as worker_process
 
     started = []

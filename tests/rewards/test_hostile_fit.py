@@ -22,7 +22,7 @@ TINY = str(ROOT / "configs" / "tiny.yaml")
 @pytest.mark.integration  # an end-to-end fit in a subprocess: tens of seconds
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux sandbox")
 def test_a_reward_module_cannot_kill_the_trainer_through_prlimit(tmp_path):
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--trainer.max_steps=2",
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, "--trainer.max_steps=2",
            "--trainer.limit_val_batches=0", "--model.evaluation.before_training=false",
            "--model.rewards+=lit_rlvr.rewards.CallableReward",
            "--model.rewards.fn=tests.rewards.hostile:lower_trainer_cpu_limit"]
@@ -38,7 +38,7 @@ def test_a_reward_module_cannot_kill_the_trainer_through_prlimit(tmp_path):
 
 
 def _fit(tmp_path, fn: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "lit_rlvr.cli", "fit", "--config", TINY, "--trainer.max_steps=2",
+    cmd = [sys.executable, "-m", "lit_rlvr.run.cli", "fit", "--config", TINY, "--trainer.max_steps=2",
            "--trainer.limit_val_batches=0", "--model.evaluation.before_training=false",
            "--model.rewards+=lit_rlvr.rewards.CallableReward", f"--model.rewards.fn={fn}", *extra]
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,

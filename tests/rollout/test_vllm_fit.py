@@ -20,7 +20,7 @@ pytestmark = [
 
 
 def test_fit_with_the_vllm_engine_logs_like_the_hf_engine(tmp_path):
-    from lit_rlvr.cli import main
+    from lit_rlvr.run.cli import main
 
     common = ["fit", "--config", TINY, "--trainer.max_steps=3", "--trainer.limit_val_batches=0",
               "--model.evaluation.before_training=false",

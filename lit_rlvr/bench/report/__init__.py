@@ -16,7 +16,7 @@ Modules, one job each: ``runs`` (``find_runs``, ``by_strategy``), ``numbers`` (`
 ``summarize``, groups with variance),
 ``tables`` (markdown), ``plots`` (line plots), ``heatmaps`` (selection heatmaps) and ``make``
 (``make_report``); the statistics and formatting they share are ``lit_rlvr.bench.stats``. ``Run``, the
-accuracy curves, rollouts to a target and the hindsight oracle are ``lit_rlvr.curves`` (the selection
+accuracy curves, rollouts to a target and the hindsight oracle are ``lit_rlvr.report.curves`` (the selection
 report reads them too).
 Every name is importable from ``lit_rlvr.bench.report`` itself.
 """
@@ -27,7 +27,7 @@ from lit_rlvr.bench.report.numbers import GROUP_COLUMNS, auto_target, summarize,
 from lit_rlvr.bench.report.plots import plot_accuracy, plot_per_step
 from lit_rlvr.bench.report.runs import by_strategy, find_runs
 from lit_rlvr.bench.report.tables import markdown_table, variance_groups_table
-from lit_rlvr.curves import CUM_EFF, CUM_GEN, Run, accuracy_curve, hindsight_oracle, rollouts_to_target
+from lit_rlvr.report.curves import CUM_EFF, CUM_GEN, Run, accuracy_curve, hindsight_oracle, rollouts_to_target
 
 __all__ = [
     "Run",

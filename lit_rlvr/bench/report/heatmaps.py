@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from lit_rlvr.bench.report.runs import by_strategy
-from lit_rlvr.curves import Run
+from lit_rlvr.report.curves import Run
 
 __all__ = ["STATUS_CODES", "STATUS_COLORS", "load_selection", "plot_selection_heatmaps", "selection_matrix"]
 

@@ -12,7 +12,7 @@ from lit_rlvr.bench.report.plots import plot_accuracy, plot_per_step
 from lit_rlvr.bench.report.runs import find_runs
 from lit_rlvr.bench.report.tables import markdown_table, variance_groups_table
 from lit_rlvr.bench.stats import jsonable
-from lit_rlvr.curves import CUM_EFF, hindsight_oracle
+from lit_rlvr.report.curves import CUM_EFF, hindsight_oracle
 
 __all__ = ["make_report"]
 

@@ -1,4 +1,4 @@
-"""Per-run numbers and the per-strategy summary: rollouts to a target (``lit_rlvr.curves``), the
+"""Per-run numbers and the per-strategy summary: rollouts to a target (``lit_rlvr.report.curves``), the
 default target, and groups with reward variance per 1,000 rollouts.
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from lit_rlvr.bench.report.runs import by_strategy
 from lit_rlvr.bench.stats import paired_ratios, stat
-from lit_rlvr.curves import CUM_EFF, CUM_GEN, Run, accuracy_curve, rollouts_to_target
+from lit_rlvr.report.curves import CUM_EFF, CUM_GEN, Run, accuracy_curve, rollouts_to_target
 
 __all__ = ["GROUP_COLUMNS", "auto_target", "summarize", "variance_groups_per_1k"]
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from lit_rlvr.bench.report.runs import by_strategy
 from lit_rlvr.bench.stats import fmt_target
-from lit_rlvr.curves import Run, accuracy_curve
+from lit_rlvr.report.curves import Run, accuracy_curve
 
 __all__ = ["plot_accuracy", "plot_per_step"]
 

@@ -1,4 +1,4 @@
-"""Loading runs: every run directory's merged ``metrics.csv`` as a ``Run`` (``lit_rlvr.curves``), grouped by strategy.
+"""Loading runs: every run directory's merged ``metrics.csv`` as a ``Run`` (``lit_rlvr.report.curves``), grouped by strategy.
 
 A run is a directory holding ``csv/version_*/metrics.csv`` (Lightning's CSVLogger with
 ``name: csv``; ``lightning_logs/version_*`` and bare ``version_*`` work too). Versions of
@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-from lit_rlvr.curves import Run
+from lit_rlvr.report.curves import Run
 
 __all__ = ["by_strategy", "find_runs"]
 

@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 from lit_rlvr.bench.report.numbers import variance_groups_per_1k
 from lit_rlvr.bench.report.runs import by_strategy
 from lit_rlvr.bench.stats import fmt_target, paired_ratios, pm, stat
-from lit_rlvr.curves import Run
+from lit_rlvr.report.curves import Run
 
 __all__ = ["markdown_table", "variance_groups_table"]
 

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from lit_rlvr.curves import rollouts_to_target
+from lit_rlvr.report.curves import rollouts_to_target
 from lit_rlvr.bench.sim.config import SimConfig
 from lit_rlvr.bench.sim.profile import DifficultyProfile
 from lit_rlvr.bench.sim.run import SimResult, simulate

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lit_rlvr.bench.report.numbers import auto_target
-from lit_rlvr.curves import accuracy_curve, rollouts_to_target
+from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
 from lit_rlvr.bench.report.runs import find_runs
 from tests.bench.report.helpers import write_run
 

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from lit_rlvr.bench.report.runs import by_strategy, find_runs
-from lit_rlvr.curves import accuracy_curve, hindsight_oracle
+from lit_rlvr.report.curves import accuracy_curve, hindsight_oracle
 from tests.bench.report.helpers import write_run
 
 

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from lit_rlvr.bench.report.numbers import variance_groups_per_1k
-from lit_rlvr.curves import Run
+from lit_rlvr.report.curves import Run
 from lit_rlvr.bench.report.tables import variance_groups_table
 
 

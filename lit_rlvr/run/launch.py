@@ -1,16 +1,16 @@
 """The ``lit-rlvr`` console script: starts in a fraction of a second, imports Lightning only for a Trainer command.
 
-- ``lit-rlvr TOOL ...`` (``lit_rlvr.user_tools.SUBCOMMANDS``: report, plot, ...) imports only that tool's module.
+- ``lit-rlvr TOOL ...`` (``lit_rlvr.run.user_tools.SUBCOMMANDS``: report, plot, ...) imports only that tool's module.
 - ``lit-rlvr [fit ...] --help`` prints the help from ``HELP_CACHE`` when the same command's help was rendered
   before with the same inputs (``help_key``: the arguments, the ``--config`` files' sizes and times, lit-rlvr's
   sources, the installed Lightning, jsonargparse, torch, transformers and peft, the terminal width); otherwise
-  ``lit_rlvr.cli`` renders it (about 6 s of imports on 2 idle cores, docs/performance.md) and it is kept.
+  ``lit_rlvr.run.cli`` renders it (about 6 s of imports on 2 idle cores, docs/performance.md) and it is kept.
 - ``lit-rlvr fit`` whose ``--config`` file or data file is missing (``early_data_error``, read from the
   ``--config`` files and flags as written) ends at once on its one line, before Lightning is imported;
-  ``lit_rlvr.cli`` checks the parsed config again, so what this reading misses is still caught there.
-- everything else goes to ``lit_rlvr.cli.main`` (LightningCLI).
+  ``lit_rlvr.run.cli`` checks the parsed config again, so what this reading misses is still caught there.
+- everything else goes to ``lit_rlvr.run.cli.main`` (LightningCLI).
 
-This module imports nothing beyond the standard library and ``lit_rlvr.user_tools``.
+This module imports nothing beyond the standard library and ``lit_rlvr.run.user_tools``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from lit_rlvr.user_tools import SUBCOMMANDS, run_subcommand
+from lit_rlvr.run.user_tools import SUBCOMMANDS, run_subcommand
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 HELP_FLAGS = ("-h", "--help")
@@ -146,12 +146,12 @@ def early_data_error(argv: list[str]) -> Optional[str]:
         return None
     import yaml
 
-    from lit_rlvr.cli_errors import missing_data_file
+    from lit_rlvr.run.cli_errors import missing_data_file
 
     config: dict = {}
     missing = [p for p in _config_files(argv) if not os.path.exists(p)]
     if missing:
-        from lit_rlvr.config_checks import missing_config_line
+        from lit_rlvr.run.config_checks import missing_config_line
 
         return f"{missing_config_line(missing[0])} ('lit-rlvr fit --help' lists every option)"
     for path in _config_files(argv):
@@ -176,8 +176,8 @@ def early_data_error(argv: list[str]) -> Optional[str]:
 
 
 def _full_cli(argv: Optional[list[str]]) -> Any:
-    """``lit_rlvr.cli.main`` (None: it reads ``sys.argv``, as LightningCLI expects of a command line)."""
-    from lit_rlvr.cli import main as cli_main
+    """``lit_rlvr.run.cli.main`` (None: it reads ``sys.argv``, as LightningCLI expects of a command line)."""
+    from lit_rlvr.run.cli import main as cli_main
 
     return cli_main(argv)
 

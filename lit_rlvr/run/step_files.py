@@ -5,7 +5,7 @@ after that checkpoint had already written rows of the steps it completed after i
 runs those steps again. ``drop_rows_from_step`` removes them when the resumed fit starts, and only the
 ones it runs again (``resumed_steps``: up to where ``trainer.max_steps`` ends it), so every step keeps
 one set of rows, as in a run never stopped, and no row is lost that is not written again
-(``lit_rlvr.resumes`` refuses, before anything is written, a resume that would leave rows of a stretch it does
+(``lit_rlvr.run.resumes`` refuses, before anything is written, a resume that would leave rows of a stretch it does
 not redo, or that starts from a checkpoint older than its run's newest). Two more rows are handled:
 
 - an evaluation the checkpoint was saved before (Lightning saves a step's checkpoint before that step's

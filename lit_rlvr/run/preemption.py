@@ -47,7 +47,7 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_rlvr.checkpointing import mark_pending_validation
+from lit_rlvr.run.checkpointing import mark_pending_validation
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ CheckpointIO; :class:`AtomicCheckpointIO` is that single write path:
 
 :class:`SafeCheckpoints` installs it on the trainer's strategy at setup, before a
 ``--ckpt_path`` is read; under ModelParallelStrategy it also stages sharded saves
-(:mod:`lit_rlvr.sharded_checkpoints`). What a checkpoint is judged by, its errors and the names of its
-temporaries live in :mod:`lit_rlvr.checkpoint_files`, which both import. A checkpoint saved at the end of a step that
+(:mod:`lit_rlvr.run.sharded_checkpoints`). What a checkpoint is judged by, its errors and the names of its
+temporaries live in :mod:`lit_rlvr.run.checkpoint_files`, which both import. A checkpoint saved at the end of a step that
 validation follows is marked as stopped before that validation, so a run resumed from it
 runs that validation (Lightning would skip it, losing the row if the kill came first). On a resume,
 ``SafeCheckpoints`` drops the ``metrics.csv`` rows of the steps the fit runs again and of that validation, and
-writes the step's row the checkpoint carries when a kill came before it was logged (:mod:`lit_rlvr.step_files`).
+writes the step's row the checkpoint carries when a kill came before it was logged (:mod:`lit_rlvr.run.step_files`).
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lit_rlvr.checkpoint_files import (
+from lit_rlvr.run.checkpoint_files import (
     ABSURD_WEIGHT, DiskFullError, InvalidCheckpointError, Verdict, disk_full_cause, disk_full_message, fsync_dir,
     judge_weights, process_tag,
 )
-from lit_rlvr.checkpoint_files import first_nonfinite, fsync_file, is_stale, parse_temporary  # noqa: F401 - importable from here as before
-from lit_rlvr.step_files import drop_rows_from_step, restore_row, resumed_steps, unlogged_row
+from lit_rlvr.run.checkpoint_files import first_nonfinite, fsync_file, is_stale, parse_temporary  # noqa: F401 - importable from here as before
+from lit_rlvr.run.step_files import drop_rows_from_step, restore_row, resumed_steps, unlogged_row
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         """The last good checkpoint in words (with the folder's newest complete one when this run has none)."""
         text = describe(self.last_good)
         if self.last_good is None and folder:
-            from lit_rlvr.sharded_checkpoints import last_complete
+            from lit_rlvr.run.sharded_checkpoints import last_complete
 
             other = last_complete(folder)
             text = f"{text}; the last complete checkpoint in {folder} is {other}" if other else text
@@ -200,7 +200,7 @@ def last_good_checkpoint(trainer: "pl.Trainer") -> str:
 
 
 def _invalid(path: Any, reason: str) -> InvalidCheckpointError:
-    from lit_rlvr.sharded_checkpoints import last_complete
+    from lit_rlvr.run.sharded_checkpoints import last_complete
 
     folder = os.path.dirname(os.path.abspath(path))
     other = last_complete(folder, exclude=path)
@@ -277,14 +277,14 @@ class SafeCheckpoints(pl.Callback):
         elif not isinstance(current, AtomicCheckpointIO):
             log.info("keeping the configured %s: checkpoint writes are not made atomic", type(current).__name__)
         if isinstance(strategy, ModelParallelStrategy) and isinstance(current, AtomicCheckpointIO):
-            from lit_rlvr.sharded_checkpoints import install
+            from lit_rlvr.run.sharded_checkpoints import install
 
             install(strategy, current)
 
     def on_train_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule") -> None:
         if not trainer.is_global_zero:
             return
-        from lit_rlvr.sharded_checkpoints import recover
+        from lit_rlvr.run.sharded_checkpoints import recover
 
         folders = {getattr(cb, "dirpath", None) for cb in trainer.checkpoint_callbacks}
         if trainer.ckpt_path and _is_local_file_protocol(trainer.ckpt_path):

@@ -1,5 +1,5 @@
 """What a lit-rlvr checkpoint is judged by, and how its files are made durable: the part of
-``lit_rlvr.checkpointing`` that ``lit_rlvr.sharded_checkpoints`` uses too (both import it; it imports neither).
+``lit_rlvr.run.checkpointing`` that ``lit_rlvr.run.sharded_checkpoints`` uses too (both import it; it imports neither).
 
 - :func:`judge_weights` (:class:`Verdict`): non-finite tensors, the largest |weight| (above
   :data:`ABSURD_WEIGHT` is taken for corruption) and the run's trouble count;
@@ -8,7 +8,7 @@
 - the temporaries of a save, ``.<name>.{tmp,staging,old}-<host>-<pid>`` (:func:`process_tag`,
   :func:`parse_temporary`, :func:`is_stale`), and :func:`fsync_file` / :func:`fsync_dir`.
 
-Every name here is also importable from ``lit_rlvr.checkpointing``.
+Every name here is also importable from ``lit_rlvr.run.checkpointing``.
 """
 
 from __future__ import annotations

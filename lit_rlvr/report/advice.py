@@ -21,8 +21,8 @@ Under the model a smaller batch never needs more rollouts ((1 + x/k)/(1 + x) <= 
 skipping ((f/f' + x)/(1 + x) <= 1), and refill always does: the advice turns on the interval being known
 and on which saving is largest, and a smaller batch costs optimizer steps per rollout, not rollouts.
 
-The end-of-fit summary (``lit_rlvr.summary``) and ``lit-rlvr report`` print the same lines
-(``lit_rlvr.selection_report.advice_block``) of the same files (``metrics.csv``, ``groups.csv`` and
+The end-of-fit summary (``lit_rlvr.report.summary``) and ``lit-rlvr report`` print the same lines
+(``lit_rlvr.report.selection_report.advice_block``) of the same files (``metrics.csv``, ``groups.csv`` and
 ``data.json`` in the run's version folder), so they agree on every number. The interval leaves out the
 model's own error, checked in docs/benchmarks.md. A batch that does not divide by 2 or 4 gets the nearest
 whole batch.
@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from lit_rlvr.group_file import RunFacts
+from lit_rlvr.report.group_file import RunFacts
 from lit_rlvr.critical_batch.levers import GroupSizes, LeverPrediction, RunNoise, lever_predictions, unmeasured_reason
 
 __all__ = ["REFILL_CONFIG", "HISTORY_CONFIG", "Advice", "run_advice", "setting"]

@@ -3,7 +3,7 @@
 - ``place_run``: a fresh fit takes the next ``version_N`` free under every versioned logger
   (CSV and TensorBoard get the same N) and reserves it by creating the folder (``os.mkdir`` fails
   when it exists, so two fits started together get two numbers); a fit resumed from ``.../version_N/checkpoints/*.ckpt``
-  of a run under its own loggers' folders writes on into ``version_N``, unless ``lit_rlvr.resumes`` refuses it
+  of a run under its own loggers' folders writes on into ``version_N``, unless ``lit_rlvr.run.resumes`` refuses it
   (it would lose rows); any other checkpoint starts a new run, the next ``version_N``, and a note says so.
   ``{run}`` in ``model.export_dir`` becomes ``version_N``, so two fits in one ``default_root_dir`` never share an export.
 - ``resume_mismatch``: a resume that drops the run's selection callbacks or changes its group
@@ -21,8 +21,8 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from lit_rlvr.plot import version_number
-from lit_rlvr.resumes import own_run, resume_refusal, run_version
+from lit_rlvr.report.plot import version_number
+from lit_rlvr.run.resumes import own_run, resume_refusal, run_version
 
 RUN_ENV = "LIT_RLVR_RUN_VERSION"  # rank 0's choice, inherited by the ranks Lightning launches
 _VERSION = re.compile(r"^version_(\d+)$")
@@ -67,7 +67,7 @@ def reserve_version(folders: Sequence[Path], start: int = 0) -> int:
 def place_run(loggers: Sequence[Any], model: Any, ckpt_path: Any, max_steps: Optional[int] = None) -> Optional[int]:
     """Give every logger without a fixed version, and ``{run}`` in the model's ``export_dir``, this fit's version.
 
-    Raises SystemExit with ``lit_rlvr.resumes``' one line, before anything is written, for a resume into its
+    Raises SystemExit with ``lit_rlvr.run.resumes``' one line, before anything is written, for a resume into its
     own run that would lose rows (``max_steps``: the trainer's).
     """
     versioned = [lg for lg in loggers if hasattr(lg, "_get_next_version") and getattr(lg, "_version", 0) is None]
@@ -114,7 +114,7 @@ def _get(node: Any, *keys: str) -> Any:
 def _selectors_in_config(config: Any) -> list[str]:
     """Class names of the selection callbacks under ``trainer.callbacks`` of a config dict."""
     from lit_rlvr.selection import SelectionCallback
-    from lit_rlvr.cli_help import resolve_class_path
+    from lit_rlvr.run.cli_help import resolve_class_path
 
     callbacks = _get(config, "trainer", "callbacks") or []
     callbacks = callbacks if isinstance(callbacks, list) else [callbacks]

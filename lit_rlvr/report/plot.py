@@ -1,11 +1,11 @@
 """A run's metrics and its reward/accuracy plot.
 
-Each fit is one run: one ``csv/version_N/metrics.csv`` (``lit_rlvr.runs``). A fit resumed with
+Each fit is one run: one ``csv/version_N/metrics.csv`` (``lit_rlvr.run.runs``). A fit resumed with
 ``--ckpt_path`` writes on into the same file, so a step logged before the stop and again after
 the resume appears twice: ``read_run`` keeps the resumed rows of such steps, in step order.
 ``load_run`` reads one version of a run folder (the latest unless told), never several mixed;
 ``plot_runs`` draws several runs side by side when asked. ``lit-rlvr plot`` (``main``) and the
-end-of-fit summary (``lit_rlvr.summary``) share this.
+end-of-fit summary (``lit_rlvr.report.summary``) share this.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def run_file(run: PathLike, version: Optional[int] = None) -> Path:
 
 def which_run(run: PathLike, version: Optional[int] = None, *, tool: str) -> str:
     """One line: the version folder ``lit-rlvr <tool>`` reads for ``run`` (``run_file``) and how to pick another."""
-    from lit_rlvr.paths import show_path
+    from lit_rlvr.run.paths import show_path
 
     folder = Path(run)
     if (folder / "metrics.csv").is_file():

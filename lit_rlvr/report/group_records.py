@@ -2,7 +2,7 @@
 
 ``lit-rlvr fit`` adds it beside ``trainer.callbacks`` (as it adds the end-of-fit summary), so a
 plain GRPO run keeps what ``lit-rlvr report`` needs to say whether selection would pay on its
-data (``lit_rlvr.selection_report``). It writes ``groups.csv`` beside ``metrics.csv`` (the
+data (``lit_rlvr.report.selection_report``). It writes ``groups.csv`` beside ``metrics.csv`` (the
 CSVLogger's version folder; else ``trainer.log_dir``) with the columns of ``COLUMNS``:
 
 * ``step``, ``epoch`` (the data epoch the step's pool came from; blank when unknown),
@@ -13,7 +13,7 @@ CSVLogger's version folder; else ``trainer.log_dir``) with the columns of ``COLU
   ``is_zero_variance(reward_max - reward_min)``, the rule the advantages use.
 
 Beside it, ``data.json`` keeps the data module's prompt batch and training prompts
-(``lit_rlvr.advice``). Some 20 to 30 bytes a group. The recorder changes nothing: it only
+(``lit_rlvr.report.advice``). Some 20 to 30 bytes a group. The recorder changes nothing: it only
 reads the scored batch, has no state (nothing in checkpoints) and no metrics. A resumed fit
 appends to its run's file; ``read_groups`` keeps the later rows of a step written twice.
 With several ranks every rank's groups are gathered (``gather_rows``) and rank 0 writes.
@@ -29,9 +29,9 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from lit_rlvr.group_file import COLUMNS, FILE_NAME, GroupRecord, read_groups, write_facts  # noqa: F401 (re-exported)
+from lit_rlvr.report.group_file import COLUMNS, FILE_NAME, GroupRecord, read_groups, write_facts  # noqa: F401 (re-exported)
 from lit_rlvr.selection import SelectionCallback, data_epoch, gather_rows
-from lit_rlvr.step_files import ResumableRowWriter
+from lit_rlvr.run.step_files import ResumableRowWriter
 from lit_rlvr.types import RolloutBatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,7 +61,7 @@ class GroupRecorder(ResumableRowWriter, SelectionCallback):
         return None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Write the data's prompt batch and training prompts beside the rows (``lit_rlvr.group_file.FACTS_FILE``)."""
+        """Write the data's prompt batch and training prompts beside the rows (``lit_rlvr.report.group_file.FACTS_FILE``)."""
         if getattr(trainer, "is_global_zero", True):
             write_facts(self.resolve_path(trainer).parent, getattr(trainer, "datamodule", None))
 

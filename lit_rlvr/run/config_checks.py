@@ -1,6 +1,6 @@
 """Start-up checks of a parsed ``lit-rlvr`` config; each failure names the flag and the fix.
 
-Used by ``LitRLVRCLI`` (``lit_rlvr/cli.py``):
+Used by ``LitRLVRCLI`` (``lit_rlvr/run/cli.py``):
 
 - ``init_error_message``: a class's ``__init__`` that rejects its arguments ends,
   through jsonargparse, on "Does not validate against any of the Union subtypes";
@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import yaml
 
-from lit_rlvr.cli_help import config_files, help_command, resolve_class_path  # noqa: F401 (read from here too)
+from lit_rlvr.run.cli_help import config_files, help_command, resolve_class_path  # noqa: F401 (read from here too)
 
 __all__ = [
     "check_model_parallel", "check_run_is_bounded", "config_files", "init_error_message", "method_config_notices",
@@ -229,7 +229,7 @@ def parse_error_line(message: str, prog: str = "lit-rlvr") -> Optional[str]:
 
 def missing_config_line(path: str, prog: str = "lit-rlvr") -> str:
     """The line for a ``--config`` file that does not exist: the path, where it was looked for, the nearest config."""
-    from lit_rlvr.paths import nearest_file
+    from lit_rlvr.run.paths import nearest_file
 
     near = nearest_file(path)
     hint = f": did you mean --config {near}?" if near else ""

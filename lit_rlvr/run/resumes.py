@@ -4,7 +4,7 @@ A resume writes on into the checkpoint's own run only: a checkpoint in ``<root>/
 where ``<root>`` is one of this fit's loggers' folders (``trainer.default_root_dir``'s ``csv`` and
 ``tensorboard`` in the configs). Any other checkpoint (another root's run, a file copied elsewhere) starts
 a new run, the next ``version_N`` under this fit's root, continuing from the checkpoint's step; its files
-start at that step, and the checkpoint's own run is left as it is (``lit_rlvr.runs.place_run``, which says so).
+start at that step, and the checkpoint's own run is left as it is (``lit_rlvr.run.runs.place_run``, which says so).
 
 Into its own run, a resume is refused before anything is written or deleted, in one line naming the
 checkpoint, what it would lose and the fix, when:
@@ -15,7 +15,7 @@ checkpoint, what it would lose and the fix, when:
 - the run has rows past the checkpoint (a fit stopped before its next checkpoint) that ``trainer.max_steps``
   would not reach, so the fit would redo only part of that stretch.
 
-Otherwise the resumed fit drops only the rows of the steps it runs again (``lit_rlvr.step_files``).
+Otherwise the resumed fit drops only the rows of the steps it runs again (``lit_rlvr.run.step_files``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lit_rlvr.step_files import STEP_FILES, StepCellError, newest_step, steps_to_run
+from lit_rlvr.run.step_files import STEP_FILES, StepCellError, newest_step, steps_to_run
 
 _VERSION = re.compile(r"^version_(\d+)$")
 BRANCH = "or branch from this checkpoint into a new run with --trainer.default_root_dir <another folder>"

@@ -49,7 +49,7 @@ def missing_data_file(data: Any) -> Optional[str]:
     class_path = str(get(source, "class_path") or "")
     if not class_path.endswith("HFDatasetSource"):
         return None
-    from lit_rlvr.paths import check_local_file
+    from lit_rlvr.run.paths import check_local_file
 
     args = get(source, "init_args") or {}
     try:
@@ -63,7 +63,7 @@ def missing_data_file(data: Any) -> Optional[str]:
 
 
 FRESH_RUN_FOLDERS: list[str] = []
-"""The version folders this process's fit reserved empty (``lit_rlvr.cli``, after ``lit_rlvr.runs.place_run``)."""
+"""The version folders this process's fit reserved empty (``lit_rlvr.run.cli``, after ``lit_rlvr.run.runs.place_run``)."""
 SETUP_FILES = ("hparams.yaml", "config.yaml", "data.json")
 """What a fit writes into its version folder before its first step; a TensorBoard event file of at most
 ``EMPTY_EVENTS_BYTES`` holds only its header."""

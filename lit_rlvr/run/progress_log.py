@@ -2,7 +2,7 @@
 
 A progress bar draws nothing useful into a file, so a fit sent there printed nothing between the
 evaluation before training and the end-of-fit summary. ``ProgressLog`` (added by ``lit-rlvr fit``
-when stdout or stderr is not a terminal, ``lit_rlvr.console.console_callbacks``) logs, on global rank 0,
+when stdout or stderr is not a terminal, ``lit_rlvr.run.console.console_callbacks``) logs, on global rank 0,
 after a step when ``every_s`` seconds have passed since the last line (and after the first and
 the last step)::
 

@@ -1,5 +1,5 @@
 """The user tools of ``lit-rlvr`` (report, plot, probe, ...): one table, stdlib only, read by the console script
-(``lit_rlvr.launch``) and by the LightningCLI's top-level help (``lit_rlvr.cli``)."""
+(``lit_rlvr.run.launch``) and by the LightningCLI's top-level help (``lit_rlvr.run.cli``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import importlib
 from typing import Any
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "report": ("lit_rlvr.selection_report:main", "would selection pay on this run? where its rollouts went"),
-    "plot": ("lit_rlvr.plot:main", "plot a run's training reward and held-out accuracy to a PNG"),
+    "report": ("lit_rlvr.report.selection_report:main", "would selection pay on this run? where its rollouts went"),
+    "plot": ("lit_rlvr.report.plot:main", "plot a run's training reward and held-out accuracy to a PNG"),
     "probe": ("lit_rlvr.probe:main", "how often the untrained model solves a config's training prompts"),
-    "oc-harvest": ("lit_rlvr.oc_fixed:main", "OC-GRPO-Fixed's offline harvest of guided prompts"),
+    "oc-harvest": ("lit_rlvr.oc_fixed_harvest:main", "OC-GRPO-Fixed's offline harvest of guided prompts"),
     "arrol-vote": ("lit_rlvr.arrol_vote:main", "ARRoL at test time: pass@1, majority vote and head-weighted vote"),
     "g2d": ("lit_rlvr.g2d.pipeline:main", "G2D end to end: GRPO warm-up, preference-pair harvest, offline DPO"),
     "calibrate": ("lit_rlvr.critical_batch.calibrate:main", "a step's fixed cost in rollouts on this machine, for AdaptiveBatch"),

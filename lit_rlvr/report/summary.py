@@ -3,7 +3,7 @@
 ``RunSummary`` (added by ``lit-rlvr fit`` beside any ``trainer.callbacks``) runs on global rank 0
 once the fit has finished, after the module's ``on_fit_end`` has exported the policy. It writes
 ``reward.png`` beside ``metrics.csv`` (this run only; a resumed run writes on into its own
-version, ``lit_rlvr.runs``, and is plotted whole) and prints:
+version, ``lit_rlvr.run.runs``, and is plotted whole) and prints:
 
 - held-out accuracy (every ``val/*`` metric) before training and at the last evaluation;
 - when there is no evaluation after training, why (``trainer.val_check_interval``) and the flag that gives one;
@@ -11,7 +11,7 @@ version, ``lit_rlvr.runs``, and is plotted whole) and prints:
   non-zero advantage), the cumulative counters of ``lit_rlvr.accounting``;
 - where the metrics, the checkpoint (``last.ckpt``), the exported policy and the plot are;
 - where the rollouts went, the critical batch and one piece of advice: a setting to try, keep, or
-  undecided (``lit_rlvr.selection_report.advice_block``, the lines ``lit-rlvr report`` prints too);
+  undecided (``lit_rlvr.report.selection_report.advice_block``, the lines ``lit-rlvr report`` prints too);
 - last, what to do when a resume had nothing left to train, or that the random ``tiny`` policy's 0.000 is expected.
 """
 
@@ -24,8 +24,8 @@ from typing import Any, Optional
 import lightning.pytorch as pl
 from lightning.pytorch.loggers import CSVLogger
 
-from lit_rlvr.paths import show_path as _show
-from lit_rlvr.plot import heldout, plot_run, read_run
+from lit_rlvr.run.paths import show_path as _show
+from lit_rlvr.report.plot import heldout, plot_run, read_run
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,9 @@ class RunSummary(pl.Callback):
 
     @staticmethod
     def _selection(trainer: pl.Trainer, rows: list[dict[str, float]]) -> list[str]:
-        """Where the rollouts went, the critical batch and the advice (``lit_rlvr.selection_report``)."""
+        """Where the rollouts went, the critical batch and the advice (``lit_rlvr.report.selection_report``)."""
         try:
-            from lit_rlvr.selection_report import end_of_fit_lines
+            from lit_rlvr.report.selection_report import end_of_fit_lines
 
             return end_of_fit_lines(trainer, rows)
         except Exception as e:  # a report must never fail a finished run

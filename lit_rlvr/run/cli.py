@@ -4,7 +4,7 @@
     lit-rlvr fit --config configs/tiny.yaml --config configs/methods/greso.yaml
     lit-rlvr predict --config configs/g2d/harvest.yaml      # G2D harvest
     lit-rlvr fit --config configs/g2d/dpo.yaml              # G2D DPO
-    lit-rlvr report runs/tiny                               # would selection pay? (lit_rlvr.selection_report)
+    lit-rlvr report runs/tiny                               # would selection pay? (lit_rlvr.report.selection_report)
     lit-rlvr plot runs/tiny                                 # the user tools of SUBCOMMANDS; each has --help
 
 ``model.class_path`` picks the module (any ``PolicyModule``: GRPOModule, the default when a
@@ -18,9 +18,9 @@ under it and ``export_dir``, which the configs derive from ``${trainer.default_r
 ``trainer.callbacks`` by class path, in the order they run. Unknown keys and class
 paths fail at start-up on a last line naming the key, the nearest option and the fix; so
 do values a class rejects, an unbounded fit and two method configs that both bring a
-rollout allocator (``lit_rlvr.config_checks``). Each fit gets its own ``version_N`` for
+rollout allocator (``lit_rlvr.run.config_checks``). Each fit gets its own ``version_N`` for
 every logger, its checkpoints and ``{run}`` in ``model.export_dir``; a resume writes on into
-its run and must keep the run's method config and group size (``lit_rlvr.runs``).
+its run and must keep the run's method config and group size (``lit_rlvr.run.runs``).
 """
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from lit_rlvr.checkpointing import AtomicCheckpointIO, InvalidCheckpointError
-from lit_rlvr.config_checks import (
+from lit_rlvr.run.checkpointing import AtomicCheckpointIO, InvalidCheckpointError
+from lit_rlvr.run.config_checks import (
     check_model_parallel, check_run_is_bounded, config_files, init_error_message, method_config_notices,
     parse_error_line, resolve_class_path,
 )
-from lit_rlvr.cli_errors import FRESH_RUN_FOLDERS, data_errors_alone, discard_unused_run, fresh_run_folders, missing_data_file
-from lit_rlvr.cli_help import with_class_options
-from lit_rlvr.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
-from lit_rlvr.group_records import GroupRecorder
-from lit_rlvr.user_tools import SUBCOMMANDS, run_subcommand, subcommands_help  # noqa: F401 (re-exported)
+from lit_rlvr.run.cli_errors import FRESH_RUN_FOLDERS, data_errors_alone, discard_unused_run, fresh_run_folders, missing_data_file
+from lit_rlvr.run.cli_help import with_class_options
+from lit_rlvr.run.console import console_callbacks, quiet_lightning, show_lit_rlvr_logs
+from lit_rlvr.report.group_records import GroupRecorder
+from lit_rlvr.run.user_tools import SUBCOMMANDS, run_subcommand, subcommands_help  # noqa: F401 (re-exported)
 from lit_rlvr.policy_module import PolicyModule
-from lit_rlvr.runs import place_run, resume_mismatch
-from lit_rlvr.summary import RunSummary
-from lit_rlvr.threads import apply_thread_policy
+from lit_rlvr.run.runs import place_run, resume_mismatch
+from lit_rlvr.report.summary import RunSummary
+from lit_rlvr.run.threads import apply_thread_policy
 
 
 class LitRLVRParser(LightningArgumentParser):
@@ -60,7 +60,7 @@ class LitRLVRParser(LightningArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
-        kwargs.setdefault("prog", "lit-rlvr")  # not sys.argv[0] (python -m ..., a test): the help is cached by lit_rlvr.launch
+        kwargs.setdefault("prog", "lit-rlvr")  # not sys.argv[0] (python -m ..., a test): the help is cached by lit_rlvr.run.launch
         super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Optional[Exception] = None):  # type: ignore[override]
@@ -80,7 +80,7 @@ class LitRLVRParser(LightningArgumentParser):
         sys.exit(2)
 
     def format_help(self) -> str:
-        """The fit help, with the options of the model and data classes in use (``lit_rlvr.cli_help``);
+        """The fit help, with the options of the model and data classes in use (``lit_rlvr.run.cli_help``);
         the top-level help (``lit-rlvr --help``) also lists the user tools of ``SUBCOMMANDS``."""
         args = getattr(self, "_lit_rlvr_args", None)
         text = super().format_help() if args is None else with_class_options(super().format_help(), args)
@@ -244,7 +244,7 @@ def main(args: Optional[list[str]] = None) -> None:
     if os.getcwd() not in sys.path and "" not in sys.path:  # as python -m and the reward workers (lit_rlvr.rewards.workers.zygote):
         sys.path.append(os.getcwd())  # a class path in the working directory imports; appended, installed packages win
     show_lit_rlvr_logs()
-    apply_thread_policy(argv)  # before torch computes anything (lit_rlvr.threads)
+    apply_thread_policy(argv)  # before torch computes anything (lit_rlvr.run.threads)
     quiet_lightning()
     # "omegaconf+" resolves after all configs and flags; configs' absolute paths resolve under the subcommand
     # a help shows each field's docstring (the settings dataclasses document fields that way); reading them costs
@@ -257,7 +257,7 @@ def main(args: Optional[list[str]] = None) -> None:
     # GRPOModule.on_before_batch_transfer attaches the step context to the data module's pools (on purpose).
     warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
     FRESH_RUN_FOLDERS.clear()
-    with data_errors_alone(), discard_unused_run():  # a bad data file ends on its clear line (lit_rlvr.cli_errors)
+    with data_errors_alone(), discard_unused_run():  # a bad data file ends on its clear line (lit_rlvr.run.cli_errors)
         LitRLVRCLI(
             PolicyModule,
             LightningDataModule,

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from lit_rlvr import checkpoint_files as ck
+from lit_rlvr.run import checkpoint_files as ck
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def _remove(p: Path) -> None:
 def install(strategy: Any, io: Any) -> None:
     """Wrap ``strategy``'s save and load (a ModelParallelStrategy) with the staged save and the checked load.
 
-    ``io``: the strategy's ``lit_rlvr.checkpointing.AtomicCheckpointIO`` (that module imports this one, so
+    ``io``: the strategy's ``lit_rlvr.run.checkpointing.AtomicCheckpointIO`` (that module imports this one, so
     it is not named here).
     """
     if getattr(strategy, "_lit_rlvr_staged", False):

@@ -1,4 +1,4 @@
-"""The files ``GroupRecorder`` (``lit_rlvr.group_records``) writes: ``groups.csv`` (its columns and its reader)
+"""The files ``GroupRecorder`` (``lit_rlvr.report.group_records``) writes: ``groups.csv`` (its columns and its reader)
 and ``data.json`` (``RunFacts``), torch-free for ``lit-rlvr report``."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ class AtomicExperimentWriter(ExperimentWriter):
 
     def _check_log_dir_exists(self) -> None:
         """Lightning deletes an existing metrics.csv here; a resumed fit writes on into its run's folder
-        (``lit_rlvr.runs``), so its earlier rows stay and ``save`` appends to them."""
+        (``lit_rlvr.run.runs``), so its earlier rows stay and ``save`` appends to them."""
 
     def save(self) -> None:
         if not self.metrics:

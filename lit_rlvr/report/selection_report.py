@@ -2,7 +2,7 @@
 
 ``lit-rlvr report <run folder>`` writes ``selection_report.md`` and ``selection_report.png`` into
 the run's version folder; the end-of-fit summary prints its advice lines (``end_of_fit_lines``).
-From the groups ``GroupRecorder`` kept (``lit_rlvr.group_records``):
+From the groups ``GroupRecorder`` kept (``lit_rlvr.report.group_records``):
 
 - the share of rollouts spent on zero-variance groups, all right and all wrong, per epoch;
 - the share spent on prompts that were zero-variance at their previous visit (what a
@@ -10,11 +10,11 @@ From the groups ``GroupRecorder`` kept (``lit_rlvr.group_records``):
   over revisited prompts: P(zero-variance at the previous visit | zero-variance now) and
   P(zero-variance now | zero-variance at the previous visit);
 - the hindsight oracle's rollouts to the run's final held-out accuracy as a ratio of the run's
-  (``lit_rlvr.curves.hindsight_oracle``): the run's curve placed at its cumulative
+  (``lit_rlvr.report.curves.hindsight_oracle``): the run's curve placed at its cumulative
   *effective* rollouts. Approximation for a plain GRPO run: zero-variance groups have zero
   advantage, so an oracle that never generated them would have made the same updates up to
   the loss normaliser (zero-advantage rows count in a token-mean's denominator) and the KL term;
-- on top, the run's one piece of advice (``lit_rlvr.advice``), the lines the summary prints.
+- on top, the run's one piece of advice (``lit_rlvr.report.advice``), the lines the summary prints.
 
 ``verdict``, the older rule that named a family from the shares alone, is printed nowhere: it
 disagreed with the levers' advice, and the benchmarks measured it wrong wherever it named a family
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lit_rlvr.group_file import FILE_NAME, GroupRecord, RunFacts, read_facts, read_groups
+from lit_rlvr.report.group_file import FILE_NAME, GroupRecord, RunFacts, read_facts, read_groups
 from lit_rlvr.zero_variance import is_zero_variance
-from lit_rlvr.plot import Row, read_run, run_file, which_run
-from lit_rlvr.report_figure import plot_report
+from lit_rlvr.report.plot import Row, read_run, run_file, which_run
+from lit_rlvr.report.report_figure import plot_report
 
 __all__ = [
     "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "MEASURED_CAVEAT", "EpochShares",
@@ -259,7 +259,7 @@ def _run_and_oracle(rows: list[Row]):
     """(the run, its hindsight oracle, the accuracy metric) from metrics rows; None without cumulative counts."""
     import pandas as pd
 
-    from lit_rlvr.curves import CUM_EFF, CUM_GEN, Run, hindsight_oracle
+    from lit_rlvr.report.curves import CUM_EFF, CUM_GEN, Run, hindsight_oracle
 
     df = pd.DataFrame(rows)
     if "step" not in df or CUM_GEN not in df or CUM_EFF not in df:
@@ -274,7 +274,7 @@ def _run_and_oracle(rows: list[Row]):
 
 def oracle_ratio(rows: list[Row]) -> Optional[OracleRatio]:
     """The hindsight oracle of this run (``hindsight_oracle``) against the run, from its metrics rows."""
-    from lit_rlvr.curves import CUM_EFF, CUM_GEN, accuracy_curve, rollouts_to_target
+    from lit_rlvr.report.curves import CUM_EFF, CUM_GEN, accuracy_curve, rollouts_to_target
 
     found = _run_and_oracle(rows)
     if found is None:
@@ -367,9 +367,9 @@ def history_judgement(s: SelectionStats) -> tuple[Optional[float], Optional[str]
 def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where: Optional[str] = None) -> list[str]:
     """The summary's lines on where the rollouts went, the critical batch and the advice, from the run's files;
     ``lit-rlvr report`` prints the same lines. ``groups``: the run's ``groups.csv`` (None or missing: no records)."""
-    from lit_rlvr.advice import run_advice
+    from lit_rlvr.report.advice import run_advice
     from lit_rlvr.critical_batch.levers import group_sizes, run_noise
-    from lit_rlvr.lever_report import critical_batch_line
+    from lit_rlvr.report.lever_report import critical_batch_line
 
     noise = run_noise(rows) if rows else None
     out, history_f, note, sizes = [], None, None, None
@@ -395,8 +395,8 @@ def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where
 def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
     """The summary's lines on the rollouts, the critical batch and the advice (``advice_block``) from
     this fit's files: its ``GroupRecorder``'s ``groups.csv`` and the metrics; ``lit-rlvr report`` prints the same."""
-    from lit_rlvr.group_records import GroupRecorder
-    from lit_rlvr.paths import show_path
+    from lit_rlvr.report.group_records import GroupRecorder
+    from lit_rlvr.run.paths import show_path
 
     recorder = next((cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, GroupRecorder)), None)
     path = recorder.resolve_path(trainer) if recorder is not None else None
@@ -420,7 +420,7 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
     if not groups.is_file():
         raise FileNotFoundError(f"no {FILE_NAME} in {folder}: runs of lit-rlvr fit keep it there (GroupRecorder)")
     from lit_rlvr.critical_batch.levers import group_sizes, run_noise
-    from lit_rlvr.lever_report import lever_page_section
+    from lit_rlvr.report.lever_report import lever_page_section
 
     rows = read_run(metrics)
     records = read_groups(groups)
@@ -471,7 +471,7 @@ def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, 
 
 
 def _curves(rows: list[Row]):
-    from lit_rlvr.curves import accuracy_curve
+    from lit_rlvr.report.curves import accuracy_curve
 
     found = _run_and_oracle(rows)
     if found is None or not any(k.startswith("val/") for r in rows for k in r):

@@ -45,7 +45,7 @@ __all__ = ["harvest", "load_fit", "main", "write_dataset"]
 
 def load_fit(configs: Sequence[str], overrides: Sequence[str] = ()) -> tuple[Any, Any]:
     """(module, datamodule) built from fit configs as ``lit-rlvr fit`` builds them, the policy loaded."""
-    from lit_rlvr.fit_config import build_fit, config_args
+    from lit_rlvr.run.fit_config import build_fit, config_args
 
     cli = build_fit(config_args(configs, overrides))
     module, data = cli.model, cli.datamodule

@@ -1,5 +1,5 @@
 """The figure of the selection report (``selection_report.png``): where the rollouts went, and accuracy
-against rollouts beside the hindsight oracle's. ``lit_rlvr.selection_report`` computes what it shows."""
+against rollouts beside the hindsight oracle's. ``lit_rlvr.report.selection_report`` computes what it shows."""
 
 from __future__ import annotations
 

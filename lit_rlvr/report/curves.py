@@ -1,6 +1,6 @@
 """A run's held-out accuracy against its cumulative rollouts, and the hindsight oracle.
 
-The numbers the end-of-fit selection report (``lit_rlvr.selection_report``) and the benchmark
+The numbers the end-of-fit selection report (``lit_rlvr.report.selection_report``) and the benchmark
 reports (``lit_rlvr.bench.report``) both read from a run's metrics: ``Run`` (one run's metrics
 frame), ``accuracy_curve`` (accuracy at each evaluation, placed at the cumulative rollouts logged
 before it), ``rollouts_to_target`` and ``hindsight_oracle`` (the run re-counted at its effective

@@ -24,7 +24,7 @@ def build_fit(args: Sequence[str]) -> Any:
     from jsonargparse import set_parsing_settings
     from lightning.pytorch import LightningDataModule
 
-    from lit_rlvr.cli import LitRLVRCLI
+    from lit_rlvr.run.cli import LitRLVRCLI
     from lit_rlvr.policy_module import PolicyModule
 
     set_parsing_settings(omegaconf_absolute_to_relative_paths=True)

@@ -9,9 +9,9 @@ replaces Lightning's default one (``model.checkpoint_every_n_steps`` does that o
 ``max_steps`` (the training stream is endless, so Lightning shows "Epoch 0/-2") and a model
 summary without the FLOPs column (always 0: the module has no ``example_input_array``), whose
 "Trainer already configured with model summary callbacks" note is dropped too. When stdout or stderr
-is not a terminal it adds ``lit_rlvr.progress_log.ProgressLog``: a progress line in the log.
-``show_path`` writes a path the way the end-of-fit lines show it (``lit_rlvr.summary``,
-``lit_rlvr.selection_report``).
+is not a terminal it adds ``lit_rlvr.run.progress_log.ProgressLog``: a progress line in the log.
+``show_path`` writes a path the way the end-of-fit lines show it (``lit_rlvr.report.summary``,
+``lit_rlvr.report.selection_report``).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE, 
 from lightning.pytorch.utilities.model_summary.model_summary import _format_summary_table
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from lit_rlvr.paths import show_path  # noqa: F401 (re-exported)
-from lit_rlvr.progress_log import ProgressLog, output_is_terminal
+from lit_rlvr.run.paths import show_path  # noqa: F401 (re-exported)
+from lit_rlvr.run.progress_log import ProgressLog, output_is_terminal
 
 _DROPPED_INFO = re.compile(
     r"💡 Tip: For seamless cloud (logging|uploads)"
