@@ -35,7 +35,7 @@ _DROPPED_INFO = re.compile(
     r"💡 Tip: For seamless cloud (logging|uploads)"
     r"|The following callbacks returned in `LightningModule.configure_callbacks` will override"
     r" existing callbacks passed to Trainer: ModelCheckpoint$"
-    r"|Trainer already configured with model summary callbacks: \[<class 'lit_rlvr\.console\.ParamsSummary'>\]\."
+    r"|Trainer already configured with model summary callbacks: \[<class 'lit_rlvr\.run\.console\.ParamsSummary'>\]\."
 )
 _RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 
