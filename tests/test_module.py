@@ -18,6 +18,7 @@ from lit_rlvr.policy import LoraSettings, PolicyConfig
 from lit_rlvr.rewards import CallableReward
 from lit_rlvr.update import Updater
 from tests.metrics_files import step_rows
+from tests.training_tensors import padded_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -52,27 +53,9 @@ def _tiny_module(lora: bool = False, **loss) -> GRPOModule:
 
 
 def _fake_tensors(module: GRPOModule, n: int = 4, seed: int = 0) -> TrainingTensors:
-    """n rows of prompt (5 tokens) + completion (up to 6 tokens, ragged) with mixed advantages."""
-    g = torch.Generator().manual_seed(seed)
-    vocab = module.policy.config.vocab_size
-    P, L = 5, 6
-    ids = torch.randint(5, vocab, (n, P + L), generator=g)
-    attn = torch.ones(n, P + L, dtype=torch.long)
-    mask = torch.ones(n, L)
-    for i in range(n):
-        cut = L - i % 3  # completion lengths 6, 5, 4, 6
-        mask[i, cut:] = 0
-        attn[i, P + cut :] = 0
-    return TrainingTensors(
-        input_ids=ids,
-        attention_mask=attn,
-        position_ids=(attn.cumsum(1) - 1).clamp(min=0),
-        completion_ids=ids[:, P:],
-        completion_mask=mask,
-        advantages=torch.tensor([1.0, -0.5, 0.75, -1.25])[:n],
-        token_weights=torch.ones(n, L),
-        old_logprobs=-torch.rand(n, L, generator=g) * 8,  # ratios far from 1: both clip sides engage
-    )
+    """n rows of prompt (5 tokens) + completion (up to 6 tokens, ragged: 6, 5, 4, 6) with mixed advantages."""
+    return padded_rows(module.policy.config.vocab_size, [5] * n, [6 - i % 3 for i in range(n)],
+                       [1.0, -0.5, 0.75, -1.25][:n], prompt_width=5, completion_width=6, seed=seed)
 
 
 def _grads(module: GRPOModule, tensors: TrainingTensors, micro: int) -> torch.Tensor:

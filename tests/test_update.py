@@ -18,6 +18,7 @@ from lit_rlvr.module import GRPOModule, LossSettings, OptimizerSettings, Rollout
 from lit_rlvr.policy import PolicyConfig
 from lit_rlvr.rewards import CallableReward
 from lit_rlvr.update import carries_gradient, pack_by_tokens, plan_update, trim_padding
+from tests.training_tensors import padded_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 AGGREGATIONS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -89,25 +90,8 @@ def test_with_kl_on_no_row_is_skipped():
 
 def _ragged(module: GRPOModule, n: int = 6, seed: int = 0) -> TrainingTensors:
     """n rows, prompts of 2..7 tokens left-padded to 7, completions of 1..5 tokens right-padded to 5."""
-    g = torch.Generator().manual_seed(seed)
-    P, L = 7, 5
-    ids = torch.randint(5, module.policy.config.vocab_size, (n, P + L), generator=g)
-    attn = torch.zeros(n, P + L, dtype=torch.long)
-    mask = torch.zeros(n, L)
-    for i in range(n):
-        p, c = 2 + (i * 5) % 6, 1 + (i * 3) % 5
-        attn[i, P - p : P + c] = 1
-        mask[i, :c] = 1
-    return TrainingTensors(
-        input_ids=ids,
-        attention_mask=attn,
-        position_ids=(attn.cumsum(1) - 1).clamp(min=0),
-        completion_ids=ids[:, P:],
-        completion_mask=mask,
-        advantages=torch.tensor([1.0, 0.0, -0.5, 0.75, 0.0, -1.25])[:n],
-        token_weights=torch.ones(n, L),
-        old_logprobs=-torch.rand(n, L, generator=g) * 8,  # ratios far from 1: both clip sides engage
-    )
+    return padded_rows(module.policy.config.vocab_size, [2 + (i * 5) % 6 for i in range(n)], [1 + (i * 3) % 5 for i in range(n)],
+                       [1.0, 0.0, -0.5, 0.75, 0.0, -1.25][:n], prompt_width=7, completion_width=5, seed=seed)
 
 
 def _gradient(module: GRPOModule, micro: list[TrainingTensors], norm: Normalizer) -> torch.Tensor:
