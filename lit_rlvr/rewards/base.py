@@ -126,6 +126,26 @@ class WorkerReward(RewardFunction):
         return [self._caller]
 
 
+class AnswerReward(WorkerReward):
+    """A reward that extracts an answer (or a program) from each completion and scores it in sandboxed workers:
+    math-verify, reasoning-gym, code execution. One place for what they share: the ``extraction`` mode's check, the
+    per-completion ``timeout_s`` and the worker pool (``_start_workers``)."""
+
+    extraction: str
+    timeout_s: float
+
+    def _start_workers(self, fn: Any, *, extraction: str, modes: Sequence[str], timeout_s: float,
+                       workers: Optional[int], preload: Sequence[str] = (), warmup: tuple | None = None) -> None:
+        """Check ``extraction`` against ``modes`` (naming the class), keep it and ``timeout_s``, and start the pool
+        that scores ``fn`` (an import path or a module-level function) under that time limit."""
+        from lit_rlvr.rewards.workers.pool import TimeLimitedCaller
+
+        if extraction not in modes:
+            raise ValueError(f"{type(self).__name__}: extraction must be one of {tuple(modes)}, got {extraction!r}")
+        self.extraction, self.timeout_s = extraction, float(timeout_s)
+        self._caller = TimeLimitedCaller(fn, self.timeout_s, preload=preload, warmup=warmup, workers=workers)
+
+
 @dataclass
 class RewardResult:
     """Scores of a batch of N completions."""

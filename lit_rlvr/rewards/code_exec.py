@@ -27,8 +27,7 @@ import re
 from typing import Any, NamedTuple, Optional, Sequence
 
 from lit_rlvr.rewards import code_checks
-from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.workers.pool import TimeLimitedCaller
+from lit_rlvr.rewards.base import AnswerReward, first_or_raise, outcomes_to_scores
 
 __all__ = ["CodeExecutionReward", "TestPlan", "extract_program", "plan_tests", "run_tests", "EXTRACTION_MODES", "MODES"]
 
@@ -271,7 +270,7 @@ def plan_tests(tests: Any) -> list[TestPlan]:
     return plans
 
 
-class CodeExecutionReward(WorkerReward):
+class CodeExecutionReward(AnswerReward):
     """Fraction of the prompt's unit tests that the completion's program passes, run in the sandbox.
 
     The program is ``extract_program(completion, extraction)``, after
@@ -326,18 +325,15 @@ class CodeExecutionReward(WorkerReward):
         super().__init__(weight=weight, name=name)
         if mode not in MODES:
             raise ValueError(f"CodeExecutionReward: mode must be one of {MODES}, got {mode!r}")
-        if extraction not in EXTRACTION_MODES:
-            raise ValueError(f"CodeExecutionReward: extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
         if not 0 < float(per_test_timeout_s) <= float(timeout_s):
             raise ValueError(
                 f"CodeExecutionReward: need 0 < per_test_timeout_s <= timeout_s, got {per_test_timeout_s}, {timeout_s}"
             )
         if int(memory_mb) < 64 or int(max_output_chars) < 1:
             raise ValueError("CodeExecutionReward: memory_mb must be >= 64 and max_output_chars >= 1")
-        self.mode, self.extraction = mode, extraction
-        self.per_test_timeout_s, self.timeout_s = float(per_test_timeout_s), float(timeout_s)
+        self.mode, self.per_test_timeout_s = mode, float(per_test_timeout_s)
         self.memory_mb, self.max_output_chars = int(memory_mb), int(max_output_chars)
-        self._caller = TimeLimitedCaller(run_tests, self.timeout_s, workers=workers)
+        self._start_workers(run_tests, extraction=extraction, modes=EXTRACTION_MODES, timeout_s=timeout_s, workers=workers)
         self._undecided_logged = False
 
     def _args(self, completion: str, metadata: dict[str, Any]) -> Optional[tuple[tuple, list[str]]]:

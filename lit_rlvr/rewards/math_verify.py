@@ -6,8 +6,8 @@ import functools
 from typing import Any, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
-from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.workers.pool import DEFAULT_TIMEOUT_S, TimeLimitedCaller
+from lit_rlvr.rewards.base import AnswerReward, first_or_raise, outcomes_to_scores
+from lit_rlvr.rewards.workers.pool import DEFAULT_TIMEOUT_S
 
 _SILENCED = False
 
@@ -62,7 +62,7 @@ def verify_math(gold: str, prediction: str) -> bool:
     return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
 
 
-class MathVerifyReward(WorkerReward):
+class MathVerifyReward(AnswerReward):
     """1.0 when the completion's answer equals the reference mathematically, else 0.0.
 
     Uses ``math-verify`` (the verifier of Open-R1 and TRL's math rewards): it
@@ -96,16 +96,11 @@ class MathVerifyReward(WorkerReward):
         name: Optional[str] = None,
     ) -> None:
         super().__init__(weight=weight, name=name)
-        if extraction not in ANSWER_MODES:
-            raise ValueError(f"MathVerifyReward: extraction must be one of {ANSWER_MODES}, got {extraction!r}")
-        self.timeout_s = float(timeout_s)
-        self.extraction = extraction
         # The warm-up runs in the zygote, so every call's fresh process inherits what it loaded: free text
         # ("no idea") takes math-verify's slowest first path (about 0.4 s of lazy set-up, then 0.01 s), which a
         # numeric warm-up leaves cold; warmed with it, every answer kind starts warm.
-        self._caller = TimeLimitedCaller(
-            verify_math, self.timeout_s, preload=("math_verify",), warmup=("no idea", "\\frac{1}{2}"), workers=workers
-        )
+        self._start_workers(verify_math, extraction=extraction, modes=ANSWER_MODES, timeout_s=timeout_s, workers=workers,
+                            preload=("math_verify",), warmup=("no idea", "\\frac{1}{2}"))
 
     def prediction(self, completion: str) -> str:
         """The text handed to math-verify: the extracted answer, else the whole completion."""

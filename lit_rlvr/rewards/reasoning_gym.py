@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from lit_rlvr.rewards.answer import ANSWER_MODES, extract_answer
-from lit_rlvr.rewards.base import WorkerReward, first_or_raise, outcomes_to_scores
-from lit_rlvr.rewards.workers.pool import DEFAULT_TIMEOUT_S, TimeLimitedCaller
+from lit_rlvr.rewards.base import AnswerReward, first_or_raise, outcomes_to_scores
+from lit_rlvr.rewards.workers.pool import DEFAULT_TIMEOUT_S
 
 _SCORERS: dict[str, Callable[..., float]] = {}
 
@@ -31,7 +31,7 @@ def score_reasoning_gym(dataset: str, extracted: str, entry: dict[str, Any]) -> 
     return float(_scorer(dataset)(answer=extracted, entry=entry))
 
 
-class ReasoningGymReward(WorkerReward):
+class ReasoningGymReward(AnswerReward):
     """Scores a completion with the verifier of the reasoning-gym task it came from.
 
     Every reasoning-gym dataset ships a ``score_answer(answer, entry)`` that
@@ -72,14 +72,9 @@ class ReasoningGymReward(WorkerReward):
         name: Optional[str] = None,
     ) -> None:
         super().__init__(weight=weight, name=name)
-        if extraction not in ANSWER_MODES:
-            raise ValueError(f"ReasoningGymReward: extraction must be one of {ANSWER_MODES}, got {extraction!r}")
-        self.extraction = extraction
         self.dataset = dataset
-        self.timeout_s = float(timeout_s)
-        self._caller = TimeLimitedCaller(
-            score_reasoning_gym, self.timeout_s, preload=("reasoning_gym",), workers=workers
-        )
+        self._start_workers(score_reasoning_gym, extraction=extraction, modes=ANSWER_MODES, timeout_s=timeout_s,
+                            workers=workers, preload=("reasoning_gym",))
 
     def _task(self, answer: str, metadata: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         dataset = metadata.get("source_dataset") or self.dataset
