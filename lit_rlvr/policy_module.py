@@ -45,7 +45,7 @@ from lit_rlvr.rollout import GenerationRequest, SamplingConfig, build_engine
 from lit_rlvr.rollout.generate_score import generate_and_score
 from lit_rlvr.rollout.hidden import final_token_states, last_hidden_states
 from lit_rlvr.rollout.loop import RolloutLoop
-from lit_rlvr.rollout.revise import generate_scored
+from lit_rlvr.rollout.generate_score import generate_scored
 from lit_rlvr.seeds import derive_seed
 from lit_rlvr.sharding import ShardingSettings, data_parallel_mesh, in_lockstep, is_sharded, max_over_ranks, reshard, shard_policy, unsharded_for_export
 from lit_rlvr.types import Completion, PromptPool, RolloutStats
@@ -221,7 +221,7 @@ class PolicyModule(pl.LightningModule):
     def generate_and_score(
         self, pool: PromptPool, pool_index: Sequence[int], prompts: Sequence[list[int]], counts: Sequence[int], seed: int, stats: RolloutStats
     ) -> tuple[list[list[Completion]], RewardResult]:
-        """One batched engine call over ``prompts`` at the rollout sampling settings, scored (``rollout.revise.generate_scored``)."""
+        """One batched engine call over ``prompts`` at the rollout sampling settings, scored (``rollout.generate_score.generate_scored``)."""
         return generate_scored(self.rollout_loop, pool, pool_index, prompts, counts, seed, stats)
 
     def last_hidden_states(self, rows: Sequence[Sequence[int]], batch_size: int, layer: int = -1, padding: str = "left") -> torch.Tensor:

@@ -17,7 +17,7 @@ from lit_rlvr.prompts import render_prompt
 from lit_rlvr.rewards import CallableReward, RewardScorer
 from lit_rlvr.rollout.base import SamplingConfig
 from lit_rlvr.rollout.loop import RolloutLoop
-from lit_rlvr.rollout.revise import generate_scored
+from lit_rlvr.rollout.generate_score import generate_scored
 
 from tests.callbacks.test_oc_grpo import _CharTokenizer, _EchoEngine
 

@@ -198,8 +198,7 @@ class RolloutLoop:
     def _plain_round(self, planned: PlannedRound, stats: RolloutStats) -> Round:
         """One batched engine call for the round's requests, scored (``generate_and_score``)."""
         out = generate_and_score(self.engine, self.scorer, planned.pool, planned.requests, planned.chosen, planned.sampling)
-        stats.rollout_seconds += out.generate_seconds
-        stats.reward_seconds += out.reward_seconds
+        out.add_seconds(stats)
         return out.owner, out.completions, out.result
 
     def _pruned_round(

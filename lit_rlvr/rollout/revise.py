@@ -13,18 +13,14 @@ prompt it was generated from.
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from typing import Optional
 
 import lightning.pytorch as pl
 import torch
 
-from lit_rlvr.rewards.base import RewardResult
-from lit_rlvr.rollout.base import GenerationRequest, SamplingConfig
-from lit_rlvr.rollout.generate_score import generate_and_score
-from lit_rlvr.rollout.loop import RolloutLoop
 from lit_rlvr.selection import GroupReviser
 from lit_rlvr.selection_host import SelectionHost
-from lit_rlvr.types import Completion, PromptPool, Revision, RolloutBatch, RolloutStats
+from lit_rlvr.types import Revision, RolloutBatch, RolloutStats
 
 
 def revise(
@@ -81,24 +77,3 @@ def apply_revision(batch: RolloutBatch, revision: Revision) -> None:
     batch.discarded_tokens += revision.discarded_tokens
 
 
-def generate_scored(
-    loop: RolloutLoop,
-    pool: PromptPool,
-    pool_index: Sequence[int],
-    prompts: Sequence[list[int]],
-    counts: Sequence[int],
-    seed: int,
-    stats: RolloutStats,
-) -> tuple[list[list[Completion]], RewardResult]:
-    """ONE batched engine call: ``counts[k]`` samples of ``prompts[k]``, scored against pool prompt
-    ``pool_index[k]``'s answer (``generate_and_score``). Time, reward errors and timeouts go into ``stats``."""
-    s = loop.sampling
-    sampling = SamplingConfig(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=seed)
-    requests = [GenerationRequest(list(p), int(n)) for p, n in zip(prompts, counts)]
-    out = generate_and_score(loop.engine, loop.scorer, pool, requests, pool_index, sampling)
-    stats.rollout_seconds += out.generate_seconds
-    stats.reward_seconds += out.reward_seconds
-    stats.reward_errors += out.result.errors
-    stats.reward_timeouts += out.result.timeouts
-    stats.extra["revise_calls"] = stats.extra.get("revise_calls", 0.0) + 1.0
-    return out.outputs, out.result

@@ -26,7 +26,8 @@ from lit_rlvr.rewards import CallableReward, RewardScorer
 from lit_rlvr.rollout.base import SamplingConfig
 from lit_rlvr.types import RolloutStats
 from lit_rlvr.prompts import render_prompt
-from lit_rlvr.rollout.revise import generate_scored, revise
+from lit_rlvr.rollout.generate_score import generate_scored
+from lit_rlvr.rollout.revise import revise
 from lit_rlvr.accounting import step_metrics
 from lit_rlvr.types import Completion, PromptPool, RolloutBatch
 
