@@ -70,10 +70,3 @@ def coin_reward(completion: str, answer: str, metadata: dict) -> float:
     import zlib
 
     return float(zlib.crc32(completion.encode()) % 2)
-
-
-def early_letter_reward(completion: str, answer: str, metadata: dict) -> float:
-    """1 when the completion's first letter (spaces skipped, lower case) sorts before "m": one direction every
-    prompt's gradient shares, so the gradient signal is positive (a batch controller's noise scale is finite), and
-    most groups of the tiny model are mixed."""
-    return float(completion.strip()[:1].lower() < "m")

@@ -87,6 +87,7 @@ LAYERS: dict[str, int] = {
     "lit_rlvr.run.resumes": 5,
     "lit_rlvr.run.config_checks": 5,
     "lit_rlvr.report.selection_report": 5,
+    "lit_rlvr.report.report_page": 5,
     "lit_rlvr.report.report_figure": 5,
     "lit_rlvr.report.lever_report": 5,
     "lit_rlvr.report.advice": 5,

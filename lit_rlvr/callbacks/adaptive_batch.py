@@ -36,7 +36,7 @@ import torch
 from typing_extensions import override
 
 from lit_rlvr.advantages import REWARD_TOL
-from lit_rlvr.critical_batch.batch_rule import aimed_prompts, beta2_for, min_growth_factor, next_prompts
+from lit_rlvr.critical_batch.batch_rule import aimed_prompts, beta2_for, min_growth_factor, next_prompts, prompt_bounds
 from lit_rlvr.critical_batch.group_rule import choose_group, group_ladder, projected_noise, subgroup_share
 from lit_rlvr.selection import RolloutAllocator, SelectionCallback
 from lit_rlvr.selection_host import BatchHost
@@ -345,9 +345,12 @@ class AdaptiveBatch(SelectionCallback):
                 return (next_prompts(self.prompts, math.inf, **limits), 3, math.inf, math.inf, math.inf, math.inf, float(se),
                         *costs, self.group_size)
         G = self.group_size or int(pl_module.group_size)
-        new_g = self._next_group(rows, G, ends, phi, world) if self.group_size else G
-        if new_g != G:  # the batch rule aims at the noise scale projected to the new G
-            ends = self._projected(rows, G, new_g, ends)
+        new_g = G
+        if self.group_size:  # the G knob: ω and f' over the window, once
+            within, shares = self._window_group_facts(rows)
+            new_g = choose_group(G, self._ladder, ends, shares, within, phi, *prompt_bounds(self.min_prompts, self.max_prompts, world))
+            if new_g != G:  # the batch rule aims at the noise scale projected to the new G; an end <= 0 stays
+                ends = tuple(projected_noise(n, shares[G], within, shares[new_g], G / new_g) if n > 0 else n for n in ends)
         aim = lambda n: aimed_prompts(n, new_g, phi, self.multiple, f, self._refills)  # noqa: E731
         if self.interval == "signal":
             aim = lambda n, a=aim: math.inf if n == math.inf else a(n)  # noqa: E731
@@ -370,17 +373,6 @@ class AdaptiveBatch(SelectionCallback):
         groups = sum(w[0] for w in self.subgroup_window)
         shares = {g: sum(w[1 + i] for w in self.subgroup_window) / groups for i, g in enumerate(self._ladder)} if groups else {}
         return within, shares
-
-    def _next_group(self, rows: list[dict[str, float]], G: int, ends: tuple[float, float, float], phi: float, world: int) -> int:
-        """G/2, G or 2G by ``group_rule.choose_group``, with the window's ω and f'."""
-        within, shares = self._window_group_facts(rows)
-        low, high = math.ceil(self.min_prompts / world) * world, math.floor(self.max_prompts / world) * world
-        return choose_group(G, self._ladder, ends, shares, within, phi, low, high)
-
-    def _projected(self, rows: list[dict[str, float]], G: int, new_g: int, ends: tuple[float, float, float]) -> tuple:
-        """Each end of N's interval projected to ``new_g`` (``group_rule.projected_noise``); an end <= 0 stays."""
-        within, shares = self._window_group_facts(rows)
-        return tuple(projected_noise(n, shares[G], within, shares[new_g], G / new_g) if n > 0 else n for n in ends)
 
     def _apply(self, trainer: pl.Trainer, prompts: int, at_pool: int, group_size: int = 0) -> None:
         """The data module cuts pools from ``at_pool`` on at ``prompts`` (and, the G knob on, ``group_size``; no

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-__all__ = ["aimed_prompts", "beta2_for", "min_growth_factor", "next_prompts", "optimal_informative_batch",
+__all__ = ["aimed_prompts", "beta2_for", "min_growth_factor", "next_prompts", "prompt_bounds", "optimal_informative_batch",
            "optimal_multiple"]
 
 
@@ -67,14 +67,14 @@ def beta2_for(base_beta2: float, base_prompts: int, prompts: int) -> float:
     return float(base_beta2) ** (prompts / base_prompts)
 
 
-def _bounds(min_prompts: int, max_prompts: int, world_size: int) -> tuple[int, int]:
+def prompt_bounds(min_prompts: int, max_prompts: int, world_size: int) -> tuple[int, int]:
     """The smallest and largest batches allowed: the bounds rounded inward to multiples of the world size."""
     return math.ceil(min_prompts / world_size) * world_size, math.floor(max_prompts / world_size) * world_size
 
 
 def min_growth_factor(min_prompts: int, max_prompts: int, world_size: int) -> float:
     """The factor of the smallest possible move up from the smallest batch (one more prompt per rank)."""
-    low, high = _bounds(min_prompts, max_prompts, world_size)
+    low, high = prompt_bounds(min_prompts, max_prompts, world_size)
     return (low + world_size) / low if low + world_size <= high else 1.0
 
 
@@ -94,7 +94,7 @@ def next_prompts(
     the batch holds."""
     if target is None or math.isnan(target):
         return current
-    low, high = _bounds(min_prompts, max_prompts, world_size)
+    low, high = prompt_bounds(min_prompts, max_prompts, world_size)
     lo, hi = max(low, current / max_change), min(high, current * max_change)
     eps = 1e-9
     first, last = math.ceil(lo / world_size - eps) * world_size, math.floor(hi / world_size + eps) * world_size

@@ -33,9 +33,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from lit_rlvr.critical_batch.group_rule import subgroup_share
 from lit_rlvr.critical_batch.run_noise_scale import ratio_of_sums, run_noise_scale
 
-__all__ = ["GroupSizes", "LeverPrediction", "RunNoise", "group_sizes", "lever_predictions", "run_noise",
+__all__ = ["GroupSizes", "LeverPrediction", "RunNoise", "group_sizes", "lever_predictions", "mean_subgroup_share", "run_noise",
            "smaller_batch", "smaller_group", "refill", "preselect", "unmeasured_reason"]
 
 Z95 = 1.96
@@ -70,10 +71,10 @@ class GroupSizes:
     share_ratio: dict[int, float]
 
 
-def subgroup_share(groups: Sequence[Any], m: int) -> float:
-    """The informative share groups of m rollouts would have had: per recorded group of n with c correct, the chance
-    that m of its rollouts drawn without replacement are mixed, 1 − C(c, m)/C(n, m) − C(n − c, m)/C(n, m)."""
-    shares = [1 - (math.comb(g.correct, m) + math.comb(g.n - g.correct, m)) / math.comb(g.n, m) for g in groups]
+def mean_subgroup_share(groups: Sequence[Any], m: int) -> float:
+    """The informative share groups of m rollouts would have had: the mean over recorded groups (n rollouts, c correct)
+    of ``group_rule.subgroup_share([c, n - c], m)``, m of each group's rollouts drawn without replacement."""
+    shares = [subgroup_share([g.correct, g.n - g.correct], m) for g in groups]
     return sum(shares) / len(shares) if shares else math.nan
 
 
@@ -88,9 +89,9 @@ def group_sizes(groups: Sequence[Any], divisors: Sequence[int] = (2, 4), toleran
     if len(decided) < (1 - tolerance) * len(groups):
         return None
     size = groups[0].n
-    f = subgroup_share(decided, size)
-    ratios = {k: f / subgroup_share(decided, size // k) for k in divisors
-              if size % k == 0 and size // k >= 2 and subgroup_share(decided, size // k) > 0}
+    f = mean_subgroup_share(decided, size)
+    smaller = {k: mean_subgroup_share(decided, size // k) for k in divisors if size % k == 0 and size // k >= 2}
+    ratios = {k: f / f_k for k, f_k in smaller.items() if f_k > 0}
     return GroupSizes(size, ratios) if ratios else None
 
 

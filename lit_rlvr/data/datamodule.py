@@ -294,11 +294,7 @@ class PromptDataModule(L.LightningDataModule):
                 f"PromptDataModule.resize: a pool of {self._pool_size_for(batch_size)} prompts is larger than the "
                 f"train split ({self.num_train} prompts); lower the batch controller's max_prompts"
             )
-        if at_pool < self._segments[-1][0]:
-            raise ValueError(f"PromptDataModule.resize: pool {at_pool} precedes the last change (pool {self._segments[-1][0]})")
-        if at_pool < self._cut_until:
-            raise ValueError(f"PromptDataModule.resize: pool {at_pool} was already cut (the loader cuts one pool ahead); "
-                             f"a change applies from pool {self._cut_until} on: decide a pool ahead")
+        self._check_change("resize", at_pool, self._segments[-1][0])
         if self.batch_size_at(at_pool) == batch_size:
             return
         if at_pool == self._segments[-1][0] and len(self._segments) > 1:
@@ -311,6 +307,14 @@ class PromptDataModule(L.LightningDataModule):
         epoch, start, size = self._locate(at_pool - 1)
         self._segments.append((at_pool, epoch, start + size, batch_size))
 
+    def _check_change(self, method: str, at_pool: int, last_change: int) -> None:
+        """A change (``resize``, ``regroup``) may not precede the last one nor touch a pool the loader has cut."""
+        if at_pool < last_change:
+            raise ValueError(f"PromptDataModule.{method}: pool {at_pool} precedes the last change (pool {last_change})")
+        if at_pool < self._cut_until:
+            raise ValueError(f"PromptDataModule.{method}: pool {at_pool} was already cut (the loader cuts one pool ahead); "
+                             f"a change applies from pool {self._cut_until} on: decide a pool ahead")
+
     def group_size_at(self, k: int) -> int:
         """G of pool ``k`` as a batch controller set it (``regroup``); 0: the configured ``model.rollout.num_generations``."""
         return next((g for first, g in reversed(self._group_changes) if first <= k), 0)
@@ -321,12 +325,7 @@ class PromptDataModule(L.LightningDataModule):
         group_size = int(group_size)
         if group_size < 2:
             raise ValueError(f"PromptDataModule.regroup: a group needs at least 2 rollouts, got {group_size}")
-        last = self._group_changes[-1][0] if self._group_changes else 0
-        if at_pool < last:
-            raise ValueError(f"PromptDataModule.regroup: pool {at_pool} precedes the last change (pool {last})")
-        if at_pool < self._cut_until:
-            raise ValueError(f"PromptDataModule.regroup: pool {at_pool} was already cut (the loader cuts one pool ahead); "
-                             f"a change applies from pool {self._cut_until} on: decide a pool ahead")
+        self._check_change("regroup", at_pool, self._group_changes[-1][0] if self._group_changes else 0)
         if self._group_changes and self._group_changes[-1][0] == at_pool:
             self._group_changes.pop()  # a revised decision for a pool not yet cut
         if self.group_size_at(at_pool) != group_size:

@@ -1,7 +1,8 @@
 """Would selection pay on this data? A report from any run's own records (``groups.csv``, ``metrics.csv``).
 
-``lit-rlvr report <run folder>`` writes ``selection_report.md`` and ``selection_report.png`` into
-the run's version folder; the end-of-fit summary prints its advice lines (``end_of_fit_lines``).
+The statistics and the lines both outputs share; ``lit-rlvr report <run folder>`` (``report_page``) writes
+``selection_report.md`` and ``selection_report.png`` into the run's version folder, and the end-of-fit summary
+prints the advice lines (``end_of_fit_lines``).
 From the groups ``GroupRecorder`` kept (``lit_rlvr.report.group_records``):
 
 - the share of rollouts spent on zero-variance groups, all right and all wrong, per epoch;
@@ -27,21 +28,19 @@ reward spread; all right when every rollout is correct, else all wrong.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from lit_rlvr.report.group_file import FILE_NAME, GroupRecord, RunFacts, read_facts, read_groups
+from lit_rlvr.report.group_file import GroupRecord, RunFacts, read_facts, read_groups
 from lit_rlvr.zero_variance import is_zero_variance
-from lit_rlvr.report.plot import Row, read_run, run_file, which_run
-from lit_rlvr.report.report_figure import plot_report
+from lit_rlvr.report.plot import Row
 
 __all__ = [
     "MIN_REVISITS", "MIN_VARIANCE_SHARE", "MIN_ZERO_VARIANCE_SHARE", "PERSISTENCE", "MEASURED_CAVEAT", "EpochShares",
-    "OracleRatio", "SelectionStats", "main", "oracle_ratio", "read_selection_records", "selection_stats",
-    "advice_block", "end_of_fit_lines", "history_judgement", "verdict", "write_report",
+    "OracleRatio", "SelectionStats", "oracle_ratio", "read_selection_records", "selection_stats",
+    "advice_block", "end_of_fit_lines", "history_judgement", "verdict",
 ]
 
 MIN_ZERO_VARIANCE_SHARE = 0.10
@@ -75,7 +74,6 @@ rule (benchmarks/report_vs_measured.py, 2026-12-02). Regime B, the persistent sa
 is built for: GRESO 1.75 ± 0.24x GRPO's rollouts to 0.50 held-out, MoPPS 1.17 ± 0.28x, DPS 1.13 ± 0.27x,
 LEEPS 1.16 ± 0.28x, GRPO at B/2 0.74 ± 0.25x; regime A, transient: Dynamic Sampling 1.74 ± 0.06x, SARA
 and VIGOR within the spread of GRPO."""
-REPORT_MD, REPORT_PNG = "selection_report.md", "selection_report.png"
 
 
 SELECTION_STATUSES = {"hard": 0, "easy": 1, "effective": None}
@@ -255,7 +253,7 @@ class OracleRatio:
                 f"{self.run_rollouts:.0f} generated")
 
 
-def _run_and_oracle(rows: list[Row]):
+def run_and_oracle(rows: list[Row]):
     """(the run, its hindsight oracle, the accuracy metric) from metrics rows; None without cumulative counts."""
     import pandas as pd
 
@@ -276,7 +274,7 @@ def oracle_ratio(rows: list[Row]) -> Optional[OracleRatio]:
     """The hindsight oracle of this run (``hindsight_oracle``) against the run, from its metrics rows."""
     from lit_rlvr.report.curves import CUM_EFF, CUM_GEN, accuracy_curve, rollouts_to_target
 
-    found = _run_and_oracle(rows)
+    found = run_and_oracle(rows)
     if found is None:
         return None
     run, oracle, metric = found
@@ -351,7 +349,7 @@ def more_steps_hint(s: SelectionStats) -> str:
             f"to step {s.steps + more}: a prompt recurs once {known} have been drawn, {per_step:.0f} a step")
 
 
-def _p(x: float) -> str:
+def probability_text(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.2f}"
 
 
@@ -373,18 +371,19 @@ def advice_block(rows: Sequence[dict[str, float]], groups: Optional[Path], where
 
     noise = run_noise(rows) if rows else None
     out, history_f, note, sizes = [], None, None, None
+    facts = read_facts(groups.parent) if groups is not None else RunFacts()
     if groups is not None and groups.is_file():
         records = read_groups(groups)
         sizes = group_sizes(records)
         s = selection_stats(records)
-        s.num_train = read_facts(groups.parent).num_train
+        s.num_train = facts.num_train
         p = f"{s.p_now_given_before:.2f}" if math.isfinite(s.p_now_given_before) else "n/a"
         out.append(f"  zero-variance groups  {s.zero_variance:.0%} of {s.rollouts} rollouts ({s.all_right:.0%} all right, "
                    f"{s.all_wrong:.0%} all wrong); P(zero-variance now | at the previous visit) {p} over {s.revisits} revisits")
         history_f, note = history_judgement(s)
     if noise is not None and math.isfinite(noise.b_noise):
         out.append(f"  critical batch        {critical_batch_line(noise)}")
-    advice = run_advice(noise, history_f, read_facts(groups.parent) if groups is not None else RunFacts(), note, sizes)
+    advice = run_advice(noise, history_f, facts, note, sizes)
     out.append(f"  advice                {advice.line}")
     out += [f"                        {c}" for c in advice.context]
     if where:
@@ -402,100 +401,3 @@ def end_of_fit_lines(trainer: Any, rows: list[Row]) -> list[str]:
     path = recorder.resolve_path(trainer) if recorder is not None else None
     found = path is not None and path.is_file()
     return advice_block(rows, path if found else None, show_path(path.parent) if found else None)
-
-
-# ------------------------------------------------------------------ the page and the plot
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def write_report(run: str | Path, version: Optional[int] = None) -> tuple[Path, Path]:
-    """Write ``selection_report.md`` and ``.png`` into the run's version folder; returns their paths."""
-    folder = Path(run)
-    metrics = folder / "metrics.csv" if (folder / "metrics.csv").is_file() else run_file(run, version)
-    folder = metrics.parent
-    groups = folder / FILE_NAME
-    if not groups.is_file():
-        raise FileNotFoundError(f"no {FILE_NAME} in {folder}: runs of lit-rlvr fit keep it there (GroupRecorder)")
-    from lit_rlvr.critical_batch.levers import group_sizes, run_noise
-    from lit_rlvr.report.lever_report import lever_page_section
-
-    rows = read_run(metrics)
-    records = read_groups(groups)
-    s, oracle = selection_stats(records), oracle_ratio(rows)
-    s.num_train = read_facts(folder).num_train
-    png = plot_report(s.epochs, _curves(rows), folder / REPORT_PNG)
-    lines = [
-        f"# Selection report: {folder}", "", "## Advice (the same lines as the end-of-fit summary)", "", "```",
-        *(line.strip() for line in advice_block(rows, groups)), "```", "",
-        "The advice names the lever predicted to need the fewest rollouts among those whose whole 95% interval is "
-        "below 1.0, with the setting that runs it; \"keep this setting\" when every interval is above 1.0; "
-        "\"undecided\" otherwise. Bounds are context. The interval leaves out the critical-batch model's own error: "
-        "on this project's benchmarks a smaller prompt batch paid more than the model predicted and pre-selection "
-        "did not pay where it predicted a saving (docs/benchmarks/critical_batch.md, \"The critical-batch model against the grids\").", "",
-        "## Where the rollouts went", "",
-        f"{s.rollouts} rollouts in {s.groups} groups over {len(s.epochs)} epoch(s). "
-        "Shares are of each epoch's rollouts.", "",
-        "| epoch | rollouts | groups | zero-variance, all right | zero-variance, all wrong | "
-        "on prompts zero-variance at their previous visit |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for e in s.epochs:
-        lines.append(f"| {'?' if e.epoch is None else e.epoch} | {e.rollouts} | {e.groups} | {_pct(e.all_right)} | "
-                     f"{_pct(e.all_wrong)} | {_pct(e.after_zero_variance)} |")
-    lines += [
-        f"| all | {s.rollouts} | {s.groups} | {_pct(s.all_right)} | {_pct(s.all_wrong)} | {_pct(s.after_zero_variance)} |",
-        "", "## Persistence of zero variance", "",
-        f"Over the {s.revisits} groups whose prompt had a previous visit: {s.zero_variance_now} are zero-variance now, "
-        f"{s.zero_variance_before} were at the previous visit, {s.both} both.", "",
-        f"- P(zero-variance at the previous visit | zero-variance now) = {_p(s.p_before_given_now)}: the share of "
-        "this visit's zero-variance groups a history-based selector could have seen coming.",
-        f"- P(zero-variance now | zero-variance at the previous visit) = {_p(s.p_now_given_before)}: how often "
-        "skipping such a prompt would have been right.", "",
-        "## Hindsight oracle", "",
-        f"{oracle.describe()}: {oracle.counts()}. (The end-of-fit summary's rollouts \"in the gradient\" are fewer "
-        "than the effective ones: of those, the rollouts whose advantage is not zero.)" if oracle
-        else "n/a: the metrics have no cumulative rollout counts.", "",
-        "The oracle is this run's held-out curve placed at its cumulative effective rollouts (rollouts in groups "
-        "with reward variance): an oracle that never generated zero-variance groups makes the same updates, since "
-        "those groups have zero advantage, up to the loss normaliser (their rows count in a token-mean's "
-        "denominator) and the KL term.", "",
-        *lever_page_section(run_noise(rows), history_judgement(s)[0], group_sizes(records)),
-        f"![shares per epoch and accuracy against rollouts]({REPORT_PNG})", "",
-    ]
-    md = folder / REPORT_MD
-    md.write_text("\n".join(lines), encoding="utf-8")
-    return md, png
-
-
-def _curves(rows: list[Row]):
-    from lit_rlvr.report.curves import accuracy_curve
-
-    found = _run_and_oracle(rows)
-    if found is None or not any(k.startswith("val/") for r in rows for k in r):
-        return None
-    run, oracle, metric = found
-    x, y, _ = accuracy_curve(run, metric)
-    ox, oy, _ = accuracy_curve(oracle, metric)
-    return (x, y), (ox, oy), metric
-
-
-def main(argv: Optional[list[str]] = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="lit-rlvr report", allow_abbrev=False,
-        description="Write selection_report.md and selection_report.png into a run's version folder: where its "
-        "rollouts went, whether zero variance persisted across visits, the critical batch and what each lever "
-        "(a smaller batch, refill, pre-selection) is predicted to save.",
-    )
-    parser.add_argument("run", help="a run folder (runs/tiny), its CSVLogger folder or a version_N folder")
-    parser.add_argument("--version", type=int, default=None, help="report version_N (default: the latest)")
-    args = parser.parse_args(argv)
-    try:
-        print(f"lit-rlvr report: {which_run(args.run, args.version, tool='report')}")
-        md, png = write_report(args.run, args.version)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"lit-rlvr report: {e}") from None
-    print(f"wrote {md}\nwrote {png}")
-    print("\n".join(advice_block(read_run(md.parent / "metrics.csv"), md.parent / FILE_NAME)))

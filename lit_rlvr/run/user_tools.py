@@ -7,7 +7,7 @@ import importlib
 from typing import Any
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "report": ("lit_rlvr.report.selection_report:main", "would selection pay on this run? where its rollouts went"),
+    "report": ("lit_rlvr.report.report_page:main", "would selection pay on this run? where its rollouts went"),
     "plot": ("lit_rlvr.report.plot:main", "plot a run's training reward and held-out accuracy to a PNG"),
     "probe": ("lit_rlvr.probe:main", "how often the untrained model solves a config's training prompts"),
     "oc-harvest": ("lit_rlvr.oc_fixed_harvest:main", "OC-GRPO-Fixed's offline harvest of guided prompts"),

@@ -102,7 +102,7 @@ class _G:
 
 
 def test_the_informative_share_of_smaller_groups_is_drawn_without_replacement():
-    from lit_rlvr.critical_batch.levers import group_sizes, subgroup_share
+    from lit_rlvr.critical_batch.levers import group_sizes, mean_subgroup_share as subgroup_share
 
     # a group of 4 with 1 right: a pair is mixed unless it is the 3 wrong ones' pairs, 3 of C(4,2) = 6
     assert subgroup_share([_G(4, 1)], 2) == pytest.approx(0.5)
