@@ -1,8 +1,12 @@
 """Driving a batch of calls over the reward workers, each call under its own deadline.
 
-``BatchLoop`` is the part of ``TimeLimitedCaller`` (``pool.py``) that sends each
-item of a batch to an idle worker, waits on all the workers' pipes at once, reads
-what they write and ends each call: answered, failed, or over its deadline.
+``BatchLoop`` sends each item of a batch to an idle worker, waits on all the
+workers' pipes at once, reads what they write and ends each call: answered,
+failed, or over its deadline. ``TimeLimitedCaller`` (``pool.py``) builds one for
+each batch (and for each start-up wait) and hands it only what it may touch: its
+live workers with the two ways to add and remove one (``spawn``, ``kill``), the
+relay for their output, the settings it reads (``BatchSettings``) and where it
+reports (``Reports``). The caller keeps the workers, the lock and the counters.
 
 * **Deadlines cover the whole call**: the request is written non-blocking as the
   pipe takes it, and the wait for the answer and for the end of the call's
@@ -31,15 +35,16 @@ import pickle
 import select
 import time
 from collections import deque
-from typing import Any, NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from lit_rlvr.rewards.workers import protocol
 from lit_rlvr.rewards.workers.output_relay import OutputRelay
 from lit_rlvr.rewards.workers.protocol import ProtocolError
-from lit_rlvr.rewards.workers.confinement import SandboxLimits, describe
+from lit_rlvr.rewards.workers.confinement import describe
 from lit_rlvr.rewards.workers.process import WorkerProcess, read_available
 
-__all__ = ["BatchLoop", "CallOutcome"]
+__all__ = ["BatchLoop", "BatchSettings", "CallOutcome", "Reports"]
 
 log = logging.getLogger("lit_rlvr.rewards.workers.pool")  # under the caller's name, where its messages always were
 
@@ -67,30 +72,80 @@ def _log_sandbox(report: Optional[dict]) -> None:
         log.debug("%s", describe(report, detail=True))
 
 
-class BatchLoop:
-    """The batch loop of ``TimeLimitedCaller``: dispatch, wait, read, and end each call.
+@dataclass(frozen=True)
+class BatchSettings:
+    """What a batch reads of its caller's settings, fixed for the batch (``configure`` waits for the caller's lock)."""
 
-    A mixin: the caller owns the state it uses (declared here) and the worker
-    processes (``_spawn``, ``_kill``).
-    """
-
-    _slots: list[WorkerProcess]
-    _relay: OutputRelay
-    _start_error: Optional[str]
+    label: str
+    """The caller as its log messages name it (its ``repr``)."""
     workers: int
+    """Most workers at once."""
     timeout_s: float
+    """Each call's limit, from its dispatch."""
     startup_timeout_s: float
-    limits: Optional[SandboxLimits]
+    """How long a new worker may take to become ready."""
+    memory_limit_mb: Optional[int]
+    """The workers' address-space limit (``None`` unsandboxed), for the MemoryError message."""
     memory_note: str
-    sandbox: Optional[dict[str, Any]]
+    """Where that limit comes from, for the same message."""
+
+
+class Reports(Protocol):
+    """Where a batch reports: the counters and sandbox report of the caller (``TimeLimitedCaller``)."""
+
     timeouts: int
     protocol_errors: int
+    sandbox: Optional[dict[str, Any]]
 
-    def _spawn(self) -> Optional[str]:
-        raise NotImplementedError
 
-    def _kill(self, w: WorkerProcess) -> None:
-        raise NotImplementedError
+class BatchLoop:
+    """One batch of a caller (or one start-up wait): dispatch, wait, read, and end each call.
+
+    Args:
+        slots: the caller's live workers; the loop adds and removes one only through ``spawn`` and ``kill``.
+        relay: where the workers' output goes.
+        settings: what the loop reads of the caller's settings.
+        spawn: takes one more worker into ``slots``; returns why it could not, or ``None``.
+        kill: kills a worker and takes it out of ``slots``.
+        reports: where timeouts, protocol errors and the sandbox report of a worker that became ready go.
+    """
+
+    def __init__(
+        self,
+        slots: list[WorkerProcess],
+        relay: OutputRelay,
+        settings: BatchSettings,
+        spawn: Callable[[], Optional[str]],
+        kill: Callable[[WorkerProcess], None],
+        reports: Reports,
+    ) -> None:
+        self._slots, self._relay, self.settings = slots, relay, settings
+        self._spawn, self._kill, self.reports = spawn, kill, reports
+        self.start_error: Optional[str] = None
+        """Why a worker could not start, once one could not (what ``start`` returns)."""
+
+    def __repr__(self) -> str:
+        return self.settings.label
+
+    def run(self, items: list[tuple[tuple, dict]]) -> list[CallOutcome]:
+        """One outcome per item, in order."""
+        results: list[Optional[CallOutcome]] = [None] * len(items)
+        self._drive(items, deque(range(len(items))), results)
+        return results  # type: ignore[return-value]
+
+    def start(self, want: int) -> Optional[str]:
+        """Take workers until there are ``want`` and wait until they are ready; why one could not start, or ``None``."""
+        while len(self._slots) < want and self._spawn() is None:
+            pass
+        while True:
+            starting = [w for w in self._slots if not w.ready]
+            if not starting:
+                return self.start_error
+            self._wait(starting, deque(), [])
+            for w in [w for w in starting if w in self._slots and not w.ready and w.deadline <= time.monotonic()]:
+                self._kill(w)
+                self.start_error = f"a reward worker was not ready within {self.settings.startup_timeout_s:.0f} s"
+                log.warning("%r: %s", self, self.start_error)
 
     def _drive(self, items: list[tuple[tuple, dict]], queue: deque, results: list) -> None:
         """Dispatch ``queue`` to idle workers and collect results until every item has one."""
@@ -99,7 +154,7 @@ class BatchLoop:
             busy = [w for w in self._slots if w.item is not None]
             if not queue and not busy:
                 return
-            while queue and len(self._slots) < min(self.workers, len(busy) + len(queue)):
+            while queue and len(self._slots) < min(self.settings.workers, len(busy) + len(queue)):
                 error = self._spawn()
                 if error is not None:
                     self._fail(queue, results, error)
@@ -113,13 +168,13 @@ class BatchLoop:
             now = time.monotonic()
             for w in [w for w in waiting if w in self._slots and w.deadline <= now]:
                 if w.item is not None:  # no answer, or its process did not end: 0, counted
-                    self.timeouts += 1
-                    log.debug("%r: a call exceeded %.3g s; killing worker %s", self, self.timeout_s, w.proc.pid)
+                    self.reports.timeouts += 1
+                    log.debug("%r: a call exceeded %.3g s; killing worker %s", self, self.settings.timeout_s, w.proc.pid)
                     results[w.item] = CallOutcome(False, None, True)
                     self._kill(w)
                 elif not w.ready:
                     self._kill(w)
-                    self._fail(queue, results, f"reward worker was not ready within {self.startup_timeout_s:.0f} s")
+                    self._fail(queue, results, f"reward worker was not ready within {self.settings.startup_timeout_s:.0f} s")
 
     def _wait(self, waiting: list[WorkerProcess], queue: deque, results: list) -> None:
         """Wait (at most until the nearest deadline) and handle what the workers wrote or can take."""
@@ -163,7 +218,7 @@ class BatchLoop:
                 retried.add(i)
                 queue.appendleft(i)
         else:
-            w.item, w.answered, w.deadline = i, False, time.monotonic() + self.timeout_s
+            w.item, w.answered, w.deadline = i, False, time.monotonic() + self.settings.timeout_s
 
     def _read_replies(self, w: WorkerProcess, queue: deque, results: list) -> None:
         """What the call's child wrote: its one ``result`` (anything after it is dropped at ``done``)."""
@@ -186,7 +241,7 @@ class BatchLoop:
                     w.deadline = max(w.deadline, time.monotonic() + _END_GRACE_S)
                     break
             except ProtocolError as e:  # the call's own process wrote it: that call fails, the zygote goes on
-                self.protocol_errors += 1
+                self.reports.protocol_errors += 1
                 message = f"a reward call sent a malformed reply ({e})"
                 log.warning("%r: %s", self, message)
                 results[w.item] = CallOutcome(False, message, False)
@@ -226,17 +281,17 @@ class BatchLoop:
         if not w.ready:
             if kind == "ready":
                 w.ready = True
-                self.sandbox = body
+                self.reports.sandbox = body
                 _log_sandbox(body)
             elif kind == "init_error":
                 self._kill(w)
-                self._start_error = f"reward worker failed to start: {body}"
+                self.start_error = f"reward worker failed to start: {body}"
                 if "PermissionError" in body or "Permission denied" in body:
-                    self._start_error += (
+                    self.start_error += (
                         " (the sandboxed worker reads only the Python installation, system libraries and the"
                         " imported packages: add what it needs to model.reward_sandbox.read_paths)"
                     )
-                self._fail(queue, results, self._start_error)
+                self._fail(queue, results, self.start_error)
             else:
                 raise ProtocolError(f"a {kind!r} message before the worker was ready")
             return
@@ -256,13 +311,13 @@ class BatchLoop:
 
     def _explain(self, error: str) -> str:
         if error.startswith("MemoryError"):
-            limit = self.limits.address_space_mb if self.limits is not None else None
-            note = self.memory_note or f"SandboxLimits.address_space_mb={limit}"
+            limit = self.settings.memory_limit_mb
+            note = self.settings.memory_note or f"SandboxLimits.address_space_mb={limit}"
             return f"{error}: the reward worker's memory limit of {limit} MB was reached ({note})"
         return error
 
     def _protocol_error(self, w: WorkerProcess, what: str, queue: deque, results: list) -> None:
-        self.protocol_errors += 1
+        self.reports.protocol_errors += 1
         message = f"reward worker {w.proc.pid} sent a malformed reply ({what}); it was killed"
         log.warning("%r: %s", self, message)
         if w.item is not None:

@@ -8,8 +8,10 @@ themselves (``zygote.py``, ``confinement.py``) and waits for them with a deadlin
 
 Design notes:
 
-* **Batches** (``batch_loop.BatchLoop``): deadlines that cover the whole call,
-  replies read as data, one item in flight per zygote, signals handled at once.
+* **Batches** (``batch_loop.BatchLoop``, an object the caller builds for each
+  batch and hands its workers, relay, settings and counters): deadlines that
+  cover the whole call, replies read as data, one item in flight per zygote,
+  signals handled at once.
 * **A fresh process per call** (``zygote.py``): each worker is a zygote, a fresh
   interpreter (``subprocess``, never a fork of the trainer, so none of its memory
   or environment) that confines itself, imports the reward's modules and then
@@ -46,11 +48,10 @@ import shutil
 import threading
 import time
 import weakref
-from collections import deque
 from typing import Any, Callable, Optional, Sequence, Union
 
 from lit_rlvr.rewards.workers import parked
-from lit_rlvr.rewards.workers.batch_loop import BatchLoop, CallOutcome
+from lit_rlvr.rewards.workers.batch_loop import BatchLoop, BatchSettings, CallOutcome
 from lit_rlvr.rewards.workers.output_relay import OutputRelay
 from lit_rlvr.rewards.workers.protocol import error_summary
 from lit_rlvr.rewards.workers.confinement import SandboxLimits, simulated_missing
@@ -70,7 +71,7 @@ DEFAULT_TIMEOUT_S = 10.0
 _LIVE_CALLERS: "weakref.WeakSet[TimeLimitedCaller]" = weakref.WeakSet()
 
 
-class TimeLimitedCaller(BatchLoop):
+class TimeLimitedCaller:
     """Calls a function in sandboxed worker subprocesses with a hard per-call time limit.
 
     ``call`` and ``call_many`` never raise for the function's own errors or
@@ -153,14 +154,13 @@ class TimeLimitedCaller(BatchLoop):
         self._lock = threading.Lock()
         self._slots: list[WorkerProcess] = []
         self._pid = os.getpid()
-        self._start_error: Optional[str] = None
         self._relay = OutputRelay(f"reward worker ({self.fn})")
         _LIVE_CALLERS.add(self)
 
     # Picklable and deep-copyable: the workers and lock are per process and rebuilt lazily.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_lock", "_slots", "_pid", "_start_error", "_relay"):
+        for k in ("_lock", "_slots", "_pid", "_relay"):
             state.pop(k, None)
         return state
 
@@ -231,19 +231,7 @@ class TimeLimitedCaller(BatchLoop):
         """
         with self._lock:
             self._own_process()
-            self._start_error = None
-            want = self.workers if count is None else min(count, self.workers)
-            while len(self._slots) < want and self._spawn() is None:
-                pass
-            while True:
-                starting = [w for w in self._slots if not w.ready]
-                if not starting:
-                    return self._start_error
-                self._wait(starting, deque(), [])
-                for w in [w for w in starting if w in self._slots and not w.ready and w.deadline <= time.monotonic()]:
-                    self._kill(w)
-                    self._start_error = f"a reward worker was not ready within {self.startup_timeout_s:.0f} s"
-                    log.warning("%r: %s", self, self._start_error)
+            return self._batch_loop().start(self.workers if count is None else min(count, self.workers))
 
     def check(self) -> None:
         """Start one worker; ``ValueError`` with the worker's reason when it cannot (a bad import path)."""
@@ -268,17 +256,21 @@ class TimeLimitedCaller(BatchLoop):
         if self._pid != os.getpid():  # a forked copy: the workers belong to our parent
             self._slots, self._pid = [], os.getpid()
 
+    def _batch_loop(self) -> BatchLoop:
+        """A loop for one batch: these workers and relay, the settings as they are now, reports to this caller."""
+        limit = self.limits.address_space_mb if self.limits is not None else None
+        settings = BatchSettings(repr(self), self.workers, self.timeout_s, self.startup_timeout_s, limit, self.memory_note)
+        return BatchLoop(self._slots, self._relay, settings, spawn=self._spawn, kill=self._kill, reports=self)
+
     def _run(self, items: list[tuple[tuple, dict]]) -> list[CallOutcome]:
-        results: list[Optional[CallOutcome]] = [None] * len(items)
         with self._lock:
             self._own_process()
             self.calls += len(items)
             try:
-                self._drive(items, deque(range(len(items))), results)
+                return self._batch_loop().run(items)
             except BaseException:  # interrupted (a signal handler raised): no late results later
                 self._kill_all()
                 raise
-        return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ processes
 
