@@ -185,6 +185,10 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
         {"class_path": "lit_rlvr.bench.budget.RolloutBudget", "init_args": {"budget": args.budget}},
         {"class_path": "lit_rlvr.bench.recorder.SelectionRecorder"},
     ]
+    if args.group_value_every:  # each trained group's gradient against candidates' and a held-out one (no number moves)
+        callbacks.append({"class_path": "lit_rlvr.callbacks.group_value.GroupValueProbe", "init_args": {
+            "every": args.group_value_every, "candidate_prompts": args.group_value_prompts[0],
+            "heldout_prompts": args.group_value_prompts[1]}})
     rd = Path(args.out).resolve() / f"{strategy}_seed{seed}"
     budget = yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False)
     argv = ["fit", "--config", str(Path(args.config).resolve())]
@@ -323,6 +327,12 @@ def run(args) -> None:
                 shutil.copy(sel, selection_csv_path(results, strategy, seed))
             for groups in sorted(rd.glob("csv/version_*/groups.csv"))[-1:]:  # the selection report's input
                 shutil.copy(groups, results / f"{strategy}_seed{seed}.groups.csv")
+            probes = sorted(rd.glob("csv/version_*/group_value.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
+            if probes:  # a resumed run's versions in order, one header (readers keep a re-probed step's last rows)
+                lines = probes[0].read_text().splitlines(keepends=True)
+                for later in probes[1:]:
+                    lines += later.read_text().splitlines(keepends=True)[1:]
+                (results / f"{strategy}_seed{seed}.group_value.csv").write_text("".join(lines))
             print(f"{name}: wrote {path}", flush=True)
     print(f"all runs: {time.perf_counter() - t_all:.1f} s", flush=True)
     if failed:
@@ -435,6 +445,11 @@ def main(argv=None) -> None:
                         "benchmark, a session's end) resumes from it the next time `run` is given the same "
                         "arguments; 0: no checkpoints, a cut run starts over")
     r.add_argument("--no-warm", action="store_true", help="run the config's model.policy, not the warm-up model")
+    r.add_argument("--group-value-every", type=int, default=0,
+                   help="GroupValueProbe every this many steps (0: off): each trained group's gradient against a uniform "
+                        "draw of candidates' and a held-out gradient, in <results>/<cell>.group_value.csv")
+    r.add_argument("--group-value-prompts", type=int, nargs=2, default=[8, 8], metavar=("CANDIDATES", "HELDOUT"),
+                   help="GroupValueProbe's candidate and held-out prompts per probe step")
     q = argparse.ArgumentParser(add_help=False)
     q.add_argument("--target", type=float, nargs="+", default=None,
                    help="train_prompts/pass@1 target(s) (default: the best accuracy every run reaches, or 0.01 above the start if none is higher; report.auto_target)")

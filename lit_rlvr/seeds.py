@@ -40,6 +40,10 @@ RECIPES: dict[str, Recipe] = {
     "sample": Recipe({"seed": 1, "sample": 1}, modulus=None),
     # the module's refill draws (the data module's ``draw`` key): per step, rank and prompts used so far
     "draw": Recipe({"step": 4096 * 1_000_003, "rank": 1_000_003, "drawn": 1}, modulus=None),
+    # GroupValueProbe's rollouts (the run seed its pools' context carries) and its candidate draw's key, per step:
+    # apart from the training rounds' seeds and the refill draws' keys, so probing changes no training rollout
+    "probe": Recipe({"seed": 1}, offset=2_654_435_761),
+    "probe_draw": Recipe({"step": 1}, offset=1 << 62, modulus=None),
 }
 
 

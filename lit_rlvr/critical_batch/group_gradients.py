@@ -113,6 +113,19 @@ class GroupGradients:
         """group id -> {parameter index: its gradient from this group's rows} (views of the accumulators)."""
         return {u: {i: acc[k] for i, acc in enumerate(self._acc) if acc is not None} for u, k in self._slots.items()}
 
+    def stacked(self) -> tuple[list[int], list[torch.Tensor]]:
+        """The recorded group ids [K] in slot order and, per recorded parameter, its groups' gradients as [K, numel]
+        (views of the accumulators; zeros for a parameter no group's rows reached)."""
+        ids, k = list(self._slots), len(self._slots)
+        flat = []
+        for p, acc in zip(self.params, self._acc):
+            if acc is None:
+                flat.append(p.new_zeros((k, p.numel()), dtype=torch.float32))
+            else:
+                grown = acc if acc.shape[0] == k else torch.cat([acc, acc.new_zeros((k - acc.shape[0], *acc.shape[1:]))])
+                flat.append(grown.reshape(k, -1))
+        return ids, flat
+
     def drop(self, unit: int) -> None:
         """Zero one group's recorded gradients (as if it had carried none)."""
         if unit in self._slots:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from lit_rlvr.collate import TrainingTensors
+from lit_rlvr.losses import Normalizer
 from lit_rlvr.settings import NoiseScaleSettings
 from lit_rlvr.sharding import is_sharded
 from lit_rlvr.critical_batch.group_gradients import SPLIT_PARTS, GroupGradients
@@ -40,6 +41,9 @@ class NoiseMeter:
         self.recorder = GroupGradients()
         self._units: tuple[int, int] = (0, 0)
         self._warned = False
+        self.listeners: list[Callable[[GroupGradients, Normalizer, float], None]] = []
+        """Called with (the recorder, the step's normaliser, the loss's multiplier) once an optimizer step's backward
+        passes are done, before the step moves the weights (``GroupValueProbe`` reads each group's gradient there)."""
 
     def unsupported(self, policy: torch.nn.Module) -> Optional[str]:
         """Why this policy's update cannot be measured (None: it can)."""
@@ -91,6 +95,11 @@ class NoiseMeter:
 
     def begin_step(self) -> None:
         self.recorder.reset()
+
+    def gradients_ready(self, normalizer: Normalizer, loss_scale: float) -> None:
+        """The step's groups' gradients are recorded and the weights not yet stepped: tell the listeners."""
+        for listener in self.listeners:
+            listener(self.recorder, normalizer, loss_scale)
 
     def record_step(self, optimizer: Any, loss_scale: float, reduce: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> None:
         """After the optimizer step: this step's moments (Adam's v̂ as just used) into the tracker."""

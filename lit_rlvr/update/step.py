@@ -123,6 +123,8 @@ class Updater:
                 for k, v in parts.items():
                     totals[k] += v
                 iteration_loss += parts["loss"]
+            if measure:
+                self.noise_meter.gradients_ready(normalizer, float(host.trainer.world_size))
             if self.nonfinite.skip(host, iteration_loss, host.policy.parameters()):
                 opt.zero_grad(set_to_none=True)  # not stepped into the weights, nor counted toward max_steps
                 continue
