@@ -28,6 +28,7 @@ from lit_rlvr.policy import LoraSettings, PolicyConfig
 from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.prompts import encode_prompt_text
 from lit_rlvr.rewards import RewardFunction
+from lit_rlvr.rewards.workers.settings import RewardSandbox
 from lit_rlvr.settings import EvalSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.sharding import ShardingSettings
 
@@ -72,13 +73,14 @@ class DPOModule(PolicyModule):
         export_merged: bool = False,
         checkpoint_every_n_steps: Optional[int] = 50,
         sharding: ShardingSettings = ShardingSettings(),
+        reward_sandbox: RewardSandbox = RewardSandbox(),
     ) -> None:
         if beta <= 0:
             raise ValueError(f"model.beta must be > 0, got {beta}")
         super().__init__(
             policy=policy, rollout=rollout, optimizer=optimizer, evaluation=evaluation, rewards=rewards,
             accuracy_reward=accuracy_reward, seed=seed, export_dir=export_dir, export_merged=export_merged,
-            checkpoint_every_n_steps=checkpoint_every_n_steps, sharding=sharding,
+            checkpoint_every_n_steps=checkpoint_every_n_steps, sharding=sharding, reward_sandbox=reward_sandbox,
         )
         self.beta = beta
         self.loss_fn = loss_fn

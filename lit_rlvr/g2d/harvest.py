@@ -23,6 +23,7 @@ from lit_rlvr.policy_module import PolicyModule
 from lit_rlvr.prompts import render_prompt_text
 from lit_rlvr.rewards import RewardFunction
 from lit_rlvr.selection import FixedGroupAllocator, seeded_generator
+from lit_rlvr.rewards.workers.settings import RewardSandbox
 from lit_rlvr.settings import EvalSettings, OptimizerSettings, RolloutSettings
 from lit_rlvr.types import PromptPool, StepContext
 
@@ -81,12 +82,13 @@ class HarvestModule(PolicyModule):
         pair_rule: PairRule = random_pairs,
         pairs_per_prompt: int = 1,
         seed: int = 0,
+        reward_sandbox: RewardSandbox = RewardSandbox(),
     ) -> None:
         if pairs_per_prompt < 1:
             raise ValueError(f"model.pairs_per_prompt must be >= 1, got {pairs_per_prompt}")
         super().__init__(
             policy=policy, rollout=rollout, optimizer=OptimizerSettings(), evaluation=EvalSettings(), rewards=rewards,
-            accuracy_reward=accuracy_reward, seed=seed, checkpoint_every_n_steps=None,
+            accuracy_reward=accuracy_reward, seed=seed, checkpoint_every_n_steps=None, reward_sandbox=reward_sandbox,
         )
         self.pair_rule = pair_rule
         self.pairs_per_prompt = pairs_per_prompt
