@@ -28,6 +28,7 @@ from lit_rlvr.report.group_records import read_groups  # noqa: E402
 from lit_rlvr.critical_batch.levers import preselect, refill, smaller_batch  # noqa: E402
 from lit_rlvr.report.selection_report import selection_stats, zero_variance  # noqa: E402
 from lit_rlvr.critical_batch.noise_scale import ADAM_WARMUP_STEPS, run_noise_scale  # noqa: E402
+from lit_rlvr.critical_batch.noise_names import step_values  # noqa: E402
 
 METRIC = "heldout_prompts/pass@1"
 REFILL = ("dynamic_sampling", "greso")
@@ -54,16 +55,15 @@ def pooled_noise(noise_dir: Path) -> dict:
     steps, per_seed = [], {}
     for path in sorted(noise_dir.glob("grpo_seed*.json")):
         res = json.loads(path.read_text())
-        rows = [{"step": r["step"], **{k[len("noise/"):]: v for k, v in r.items() if k.startswith("noise/")}}
-                for r in res.get("noise", [])]
+        rows = [{"step": r["step"], **step_values(r)} for r in res.get("noise", [])]
         rows = [{k: (math.nan if v is None else v) for k, v in r.items()} for r in rows]
         steps += rows
         per_seed[res["seed"]] = run_noise_scale(rows)[0]
     b, se = run_noise_scale(steps)
     b_adam = run_noise_scale([r for r in steps if r["step"] >= ADAM_WARMUP_STEPS], "informative_adam")[0]
     b_all = run_noise_scale(steps, "all")[0]
-    inf = sum(r["units_informative"] for r in steps)
-    groups = sum(r["units_all"] for r in steps)
+    inf = sum(r["groups_informative"] for r in steps)
+    groups = sum(r["groups_all"] for r in steps)
     k_inf = inf / len(steps) if steps else math.nan
     return {"b_noise": b, "b_noise_se": se, "b_noise_all": b_all, "b_noise_adam": b_adam, "per_seed": per_seed,
             "informative_per_step": k_inf, "f": inf / groups if groups else math.nan, "x": k_inf / b if b > 0 else math.nan,

@@ -32,6 +32,7 @@ from lit_rlvr.report.group_records import read_groups  # noqa: E402
 from lit_rlvr.critical_batch.levers import preselect, refill  # noqa: E402
 from lit_rlvr.report.selection_report import zero_variance  # noqa: E402
 from lit_rlvr.critical_batch.noise_scale import run_noise_scale  # noqa: E402
+from lit_rlvr.critical_batch.noise_names import step_values  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results" / "bench_real"
 NOISE_B8 = (22.52, 12.31)  # regime B's B_noise (informative groups) at 8 prompts: docs/benchmarks.md, 2026-12-03
@@ -54,11 +55,11 @@ def tuned_noise() -> dict:
     """f, informative groups a step and the pooled B_noise of the tuned (grpo+b2) cells' noise rows."""
     steps = []
     for p in sorted((RESULTS / "smollm2_mixed_noise").glob("grpo+b2_seed*.json")):
-        steps += [{"step": r["step"], **{k[6:]: (math.nan if v is None else v) for k, v in r.items() if k.startswith("noise/")}}
+        steps += [{"step": r["step"], **{k: (math.nan if v is None else v) for k, v in step_values(r).items()}}
                   for r in json.loads(p.read_text()).get("noise", [])]
-    inf = sum(r["units_informative"] for r in steps)
+    inf = sum(r["groups_informative"] for r in steps)
     b, se = run_noise_scale(steps)
-    return {"steps": len(steps), "informative_per_step": inf / len(steps), "f": inf / sum(r["units_all"] for r in steps),
+    return {"steps": len(steps), "informative_per_step": inf / len(steps), "f": inf / sum(r["groups_all"] for r in steps),
             "b_noise": b, "b_noise_se": se}
 
 

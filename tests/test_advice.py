@@ -73,7 +73,8 @@ def test_facts_round_trip(tmp_path):
 
 
 def _run_folder(folder: Path, g2s=(2.0, 3.0, 2.5, 2.0, 3.5, 2.5), within: bool = False):
-    """A run's version folder: metrics with noise-scale columns over 6 steps (|G|^2 ``g2s``), 4 groups a step of 8
+    """A run's version folder: metrics with noise-scale columns over 6 steps (|G|^2 ``g2s``; the names of before the
+    rename, ``noise/units_*``, which are still read: ``noise_names``), 4 groups a step of 8
     prompts, data.json; ``within``: the split's column too (a fifth of each step's tr Σ within groups)."""
     folder.mkdir(parents=True)
     cols = ["step", "noise/units_all", "noise/units_informative", "noise/g2_informative", "noise/trace_informative",

@@ -29,6 +29,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from lit_rlvr.critical_batch.noise_names import current_names
+
 EVAL_METRICS = ("train_prompts/pass@1", "heldout_prompts/pass@1")
 TIME_COLUMNS = ("time/rollout_s", "time/reward_s", "time/update_s")
 CPU_COLUMN = "time/cpu_s"  # lit_rlvr.critical_batch.cpu_clock.CpuClock: CPU seconds of a step, fit and reward workers
@@ -131,10 +133,11 @@ def summarize_run(metrics: "Any", strategy: str, seed: int, settings: dict[str, 
         gen = groups["rollouts_generated"]
         groups["with_variance_per_1k_rollouts"] = 1000.0 * mixed / gen if gen > 0 else None
     noise_columns = [c for c in train if str(c).startswith("noise/") and not str(c).startswith("noise/B_simple")]
-    noise = []  # the gradient noise scale's per-step counts and raw estimates (lit_rlvr.critical_batch.noise_scale)
-    if "noise/units_all" in train:
-        for _, r in train[["step", *noise_columns]].dropna(subset=["noise/units_all"]).iterrows():
-            noise.append({"step": int(r["step"]), **{c: _num(r[c]) for c in noise_columns}})
+    noise = []  # the noise scale's per-step counts and raw estimates (critical_batch.noise_scale), current names
+    for _, r in train[["step", *noise_columns]].iterrows():  # whichever names the file has (noise_names)
+        values = current_names(r.to_dict())
+        if pd.notna(values.get("noise/groups_all", math.nan)):
+            noise.append({"step": int(r["step"]), **{c: _num(v) for c, v in values.items() if c != "step"}})
     return {
         "format": FORMAT,
         "strategy": strategy,

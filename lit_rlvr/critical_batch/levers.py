@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from lit_rlvr.critical_batch.group_rule import subgroup_share
+from lit_rlvr.critical_batch.noise_names import step_values
 from lit_rlvr.critical_batch.run_noise_scale import ratio_of_sums, run_noise_scale
 
 __all__ = ["GroupSizes", "LeverPrediction", "RunNoise", "group_sizes", "lever_predictions", "mean_subgroup_share", "run_noise",
@@ -129,20 +130,22 @@ class RunNoise:
 
 
 def run_noise(rows: Sequence[dict[str, float]]) -> Optional[RunNoise]:
-    """The run's ``RunNoise`` from its metrics rows (``noise/g2_*``, ``noise/trace_*`` per step); None without them."""
-    history = [{k[len("noise/"):]: float(v) for k, v in r.items() if k.startswith("noise/")}
-               for r in rows if "noise/units_all" in r and math.isfinite(float(r["noise/units_all"]))]
+    """The run's ``RunNoise`` from its metrics rows (``noise/g2_*``, ``noise/trace_*`` per step, old names or current:
+    ``noise_names``); None without them."""
+    measured = [(r, step_values(r)) for r in rows]
+    measured = [(r, {k: float(v) for k, v in h.items()}) for r, h in measured
+                if "groups_all" in h and math.isfinite(float(h["groups_all"]))]
+    history = [h for _, h in measured]
     if not history:
         return None
     b, se = run_noise_scale(history, "informative")
     steps = [h for h in history if math.isfinite(h.get("g2_informative", math.nan))]
-    inf = sum(h["units_informative"] for h in history)
-    groups = sum(h["units_all"] for h in history)
+    inf = sum(h["groups_informative"] for h in history)
+    groups = sum(h["groups_all"] for h in history)
     per_step = inf / len(history)
-    batches = tuple(float(r["batch/prompts"]) for r in rows
-                    if "noise/units_all" in r and math.isfinite(float(r["noise/units_all"])) and "batch/prompts" in r)
+    batches = tuple(float(r["batch/prompts"]) for r, _ in measured if "batch/prompts" in r)
     if len(batches) == len(history) and len(set(batches)) > 1:  # the controller's realised batches: x at the settled one
-        settled = [h["units_informative"] for h, p in zip(history, batches) if p == batches[-1]]
+        settled = [h["groups_informative"] for h, p in zip(history, batches) if p == batches[-1]]
         per_step = sum(settled) / len(settled)
     else:
         batches = ()

@@ -46,6 +46,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from lit_rlvr.critical_batch.noise_names import logged_name
 from lit_rlvr.critical_batch.run_noise_scale import run_noise_scale  # noqa: F401 (torch-free, read by lit-rlvr report)
 
 __all__ = [
@@ -165,7 +166,7 @@ class NoiseScaleTracker:
     """Per key of ``KEYS``: the moving averages of tr Σ and of |G|² over the steps with an estimate."""
 
     def update(self, step: StepMoments) -> dict[str, float]:
-        """Record one optimizer step; the metrics to log (smoothed B_simple per set, f, x)."""
+        """Record one optimizer step; the metrics to log (smoothed B_simple per set, f, x; names: ``noise_names``)."""
         row: dict[str, float] = {"units_informative": float(step.units_informative), "units_all": float(step.units_all)}
         for name, count in SETS.items():
             for adam in (False, True):
@@ -203,8 +204,9 @@ class NoiseScaleTracker:
         share = last["units_informative"] / last["units_all"] if last["units_all"] else math.nan
         b = out["noise/B_simple_informative"]
         out["noise/informative_share"] = share  # f
-        out["noise/x"] = last["units_informative"] / b if b > 0 else math.nan  # informative groups per step / B_noise
-        out.update({f"noise/{k}": v for k, v in last.items()})  # this step's counts and raw (|G|², tr Σ) estimates
+        x = last["units_informative"] / b if b > 0 else math.nan  # x: this step's informative groups / B_noise
+        out["noise/informative_groups_over_B_simple"] = x
+        out.update({logged_name(k): v for k, v in last.items()})  # this step's counts and raw (|G|², tr Σ) estimates
         return out
 
     def state_dict(self) -> dict[str, Any]:

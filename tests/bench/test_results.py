@@ -75,3 +75,14 @@ def test_done_only_with_the_same_settings(tmp_path):
         is_done(tmp_path, "grpo", 0, {**SETTINGS, "budget": 64})
     assert [r["strategy"] for r in load_results(tmp_path)] == ["grpo"]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_noise_rows_are_kept_under_the_current_names_from_old_or_resumed_files():
+    """A metrics file of before the rename (noise/units_*), or of a run resumed across it (both, each on its rows)."""
+    df = _metrics()
+    df["noise/g2_all"] = [math.nan, 2.0, math.nan, 3.0, math.nan]
+    df["noise/units_all"] = [math.nan, 2.0, math.nan, math.nan, math.nan]
+    df["noise/groups_all"] = [math.nan, math.nan, math.nan, 2.0, math.nan]
+    noise = summarize_run(df, "grpo", 0, SETTINGS, wall_seconds=1.0)["noise"]
+    assert noise == [{"step": 0, "noise/g2_all": 2.0, "noise/groups_all": 2.0},
+                     {"step": 1, "noise/g2_all": 3.0, "noise/groups_all": 2.0}]

@@ -49,7 +49,7 @@ def test_each_predictions_call_and_an_unknown_interval_is_never_a_point():
 def test_run_noise_from_metrics_rows_and_the_summary_lines():
     rows = []
     for step, (tr, g2) in enumerate([(40.0, 2.0), (60.0, 3.0), (50.0, 2.5)]):
-        rows.append({"step": step, "noise/units_all": 8.0, "noise/units_informative": 4.0, "noise/g2_informative": g2,
+        rows.append({"step": step, "noise/groups_all": 8.0, "noise/groups_informative": 4.0, "noise/g2_informative": g2,
                      "noise/trace_informative": tr, "noise/g2_all": g2, "noise/trace_all": 2 * tr,
                      "noise/g2_informative_adam": g2, "noise/trace_informative_adam": tr})
     rows.append({"step": 3, "val/pass@1": 0.5})  # an evaluation row has no noise columns
@@ -64,11 +64,27 @@ def test_run_noise_from_metrics_rows_and_the_summary_lines():
     assert "no step trained on 2 or more informative groups" in unmeasured[2]
 
 
+def test_old_noise_names_are_read_as_the_current_ones():
+    """Committed results and older metrics.csv files log noise/units_* (noise_names.RENAMED); a run resumed across
+    the rename has both, each on its own rows: all three read the same."""
+    from lit_rlvr.critical_batch.noise_names import RENAMED, current_names
+
+    rows = [{"step": s, "batch/prompts": 8.0, "noise/groups_all": 8.0, "noise/groups_informative": float(k),
+             "noise/g2_informative": 2.0 + s, "noise/trace_informative": 40.0, "noise/g2_all": 2.0, "noise/trace_all": 80.0,
+             "noise/g2_informative_adam": 2.0, "noise/trace_informative_adam": 40.0} for s, k in enumerate([4, 3, 5, 2])]
+    back = {new: old for old, new in RENAMED.items()}
+    old = [{back.get(k, k): v for k, v in r.items()} for r in rows]
+    resumed = old[:2] + [{**r, "noise/units_all": math.nan, "noise/units_informative": math.nan} for r in rows[2:]]
+    assert repr(run_noise(old)) == repr(run_noise(resumed)) == repr(run_noise(rows))  # repr: NaN fields compare equal
+    assert current_names({"noise/x": 0.5, "noise/B_simple_all": 3.0}) == {
+        "noise/B_simple_all": 3.0, "noise/informative_groups_over_B_simple": 0.5}
+
+
 def test_a_batch_controllers_realised_batches_set_x_at_the_batch_it_settled_on():
     rows = []
     for step, (prompts, informative) in enumerate([(8, 4.0), (8, 4.0), (6, 3.0), (4, 2.0), (4, 2.0)]):
-        rows.append({"step": step, "batch/prompts": float(prompts), "noise/units_all": float(prompts),
-                     "noise/units_informative": informative, "noise/g2_informative": 2.0, "noise/trace_informative": 40.0,
+        rows.append({"step": step, "batch/prompts": float(prompts), "noise/groups_all": float(prompts),
+                     "noise/groups_informative": informative, "noise/g2_informative": 2.0, "noise/trace_informative": 40.0,
                      "noise/g2_all": 2.0, "noise/trace_all": 80.0, "noise/g2_informative_adam": 2.0,
                      "noise/trace_informative_adam": 40.0})
     noise = run_noise(rows)
@@ -147,7 +163,7 @@ def test_the_group_size_lever_needs_the_split_and_carries_both_intervals():
 
 
 def test_run_noise_reads_the_within_share_from_the_rows():
-    rows = [{"step": s, "noise/units_all": 8.0, "noise/units_informative": 4.0, "noise/g2_informative": 2.0,
+    rows = [{"step": s, "noise/groups_all": 8.0, "noise/groups_informative": 4.0, "noise/g2_informative": 2.0,
              "noise/trace_informative": tr, "noise/trace_within_informative": tw, "noise/g2_all": 2.0,
              "noise/trace_all": tr, "noise/g2_informative_adam": 2.0, "noise/trace_informative_adam": tr}
             for s, (tr, tw) in enumerate([(40.0, 10.0), (60.0, 20.0), (50.0, 15.0)])]

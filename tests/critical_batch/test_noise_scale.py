@@ -9,6 +9,7 @@ import torch
 
 from lit_rlvr.collate import policy_logprobs
 from lit_rlvr.critical_batch.group_gradients import GroupGradients
+from lit_rlvr.critical_batch.noise_names import RENAMED
 from lit_rlvr.critical_batch.noise_scale import (
     NoiseScaleTracker, StepMoments, biased_noise_scale, run_noise_scale, unbiased_estimates,
     unit_estimates,
@@ -212,7 +213,8 @@ def test_smoothing_divides_averages_rather_than_averaging_ratios():
     assert m["noise/B_simple_informative"] == pytest.approx(num / den)
     assert m["noise/B_simple_informative"] < (10 / 1.0 + 300) / 2
     assert m["noise/informative_share"] == 1.0
-    assert m["noise/x"] == pytest.approx(4 / (num / den))
+    assert m["noise/informative_groups_over_B_simple"] == pytest.approx(4 / (num / den))  # x
+    assert not any(old in m for old in RENAMED)  # logged under the current names only
 
 
 def test_a_step_with_fewer_than_two_informative_groups_contributes_nothing():
@@ -320,8 +322,9 @@ def test_a_fit_logs_the_noise_scale_and_trains_exactly_as_without_it(tmp_path):
                 assert a[k] == b[k], k
     assert "noise/B_simple_informative" not in rows_off[0]
     last = rows_on[-1]
-    for key in ("B_simple_informative", "B_simple_all", "B_simple_informative_adam", "B_simple_all_adam", "x",
-                "informative_share", "units_informative", "units_all", "g2_informative", "trace_all_adam"):
+    for key in ("B_simple_informative", "B_simple_all", "B_simple_informative_adam", "B_simple_all_adam",
+                "informative_groups_over_B_simple", "informative_share", "groups_informative", "groups_all",
+                "g2_informative", "trace_all_adam"):
         assert f"noise/{key}" in last, key
     assert 0 < float(last["noise/informative_share"]) < 1
     history = module.updater.noise_meter.tracker.recent
@@ -406,7 +409,7 @@ def test_a_fit_with_the_split_logs_the_within_part_and_trains_as_without_it(tmp_
     plain, rows_plain, _ = _fit(True, tmp_path)
     assert torch.equal(split, plain)
     for a, b in zip(rows_split, rows_plain):
-        assert float(a["noise/units_all"]) == float(b["noise/units_all"])
+        assert float(a["noise/groups_all"]) == float(b["noise/groups_all"])
         for key in ("g2_all", "trace_all", "g2_informative", "trace_informative"):  # the same sums, added in another order
             assert float(a[f"noise/{key}"]) == pytest.approx(float(b[f"noise/{key}"]), rel=1e-4, abs=1e-9), key
         assert "noise/B_within_all" not in b and "noise/trace_within_all" not in b
