@@ -77,6 +77,10 @@ class AdaptiveBatch(SelectionCallback):
             over the window ± z jackknife errors, which stays finite where Σ|G|² is near or below 0, and
             ``min_estimates`` counts steps with two informative groups or more; "noise": N's own jackknife interval,
             every step with an estimate counts, and a window with Σ|G|² <= 0 grows (the second design).
+        evidence_from: "window" (default): a decision reads the last ``window`` steps, whatever batch they ran at;
+            "current_batch": only the steps run at the current batch and G, so after a change the next waits for
+            ``min_estimates`` steps of evidence at the new size (a decision sets the pool after next, so with
+            "window" consecutive steps can each grow by ``max_change`` on the same steps' evidence).
         min_group_size, max_group_size: bounds on G (at least 2); None: the configured
             ``model.rollout.num_generations``. When they allow another G, G is a second knob, halved or
             doubled by ``critical_batch.group_rule`` (needs ``model.noise_scale.split_groups: true``).
@@ -87,9 +91,10 @@ class AdaptiveBatch(SelectionCallback):
                     "fixed_cost_rollouts", "group_size")
     state_names = ("prompts", "start_prompts", "base_prompts", "base_beta2", "steps_seen", "changes", "reason", "share_window",
                    "fixed_ema", "roll_ema", "cost_count", "last_target", "last_low", "last_high", "last_b_noise",
-                   "last_b_noise_se", "group_size", "base_group_size", "group_changes", "subgroup_window")
-    optional_state = {"group_size": 0, "base_group_size": 0, "group_changes": 0, "subgroup_window": []}
-    """Checkpoints from before the group-size knob have none of its state: G was fixed."""
+                   "last_b_noise_se", "group_size", "base_group_size", "group_changes", "subgroup_window", "steps_at_current")
+    optional_state = {"group_size": 0, "base_group_size": 0, "group_changes": 0, "subgroup_window": [], "steps_at_current": 0}
+    """Checkpoints from before the group-size knob have none of its state (G was fixed), and from before
+    ``evidence_from`` no count of steps at the current size (0: the first decision after such a resume waits)."""
 
     def __init__(
         self,
@@ -107,6 +112,7 @@ class AdaptiveBatch(SelectionCallback):
         min_group_size: Optional[int] = None,
         max_group_size: Optional[int] = None,
         interval: str = "signal",
+        evidence_from: str = "window",
     ) -> None:
         def whole(name: str, v: Any, least: int) -> int:
             if int(v) != v or v < least:
@@ -121,6 +127,9 @@ class AdaptiveBatch(SelectionCallback):
         if interval not in ("signal", "noise"):
             raise ValueError(f"AdaptiveBatch: `interval` must be 'signal' or 'noise', got {interval!r}")
         self.interval = interval
+        if evidence_from not in ("window", "current_batch"):
+            raise ValueError(f"AdaptiveBatch: `evidence_from` must be 'window' or 'current_batch', got {evidence_from!r}")
+        self.evidence_from = evidence_from
         self.min_group_size = None if min_group_size is None else whole("min_group_size", min_group_size, 2)
         self.max_group_size = None if max_group_size is None else whole("max_group_size", max_group_size, 2)
         if self.min_group_size is not None and self.max_group_size is not None and self.max_group_size < self.min_group_size:
@@ -159,6 +168,7 @@ class AdaptiveBatch(SelectionCallback):
         self.base_group_size = 0  # the configured G, β₂'s reference with the knob on
         self.group_changes = 0
         self.subgroup_window: list[list[float]] = []  # per step: [groups, Σ f at each ladder G] (the knob only)
+        self.steps_at_current = 0  # steps run in a row at the newest batch (and G) decided, the last one included
         self._ladder: list[int] = []
         self._t0 = 0.0
         self._step_prompts = 0  # the batch of the step running or last run (this process)
@@ -282,6 +292,9 @@ class AdaptiveBatch(SelectionCallback):
             return
         if self.measure_costs:
             self._measure_costs(trainer)
+        at_current = self._step_prompts == self.prompts and (
+            not self.group_size or int(batch.group_size or self.base_group_size) == self.group_size)
+        self.steps_at_current = self.steps_at_current + 1 if at_current else 0
         decision = self._decide(pl_module, int(trainer.world_size)) if trainer.global_rank == 0 else None
         if trainer.world_size > 1:  # rank 0 decides; every rank applies the same numbers
             decision = trainer.strategy.broadcast(decision, src=0)
@@ -323,7 +336,8 @@ class AdaptiveBatch(SelectionCallback):
         if self.steps_seen + 1 < self.warmup_steps:
             return hold(1)
         rows = [r for r in pl_module.noise_meter.tracker.recent if math.isfinite(r.get("g2_all", math.nan))]
-        rows = rows[-self.window:]
+        kept = min(self.window, self.steps_at_current) if self.evidence_from == "current_batch" else self.window
+        rows = rows[max(0, len(rows) - kept):] if kept else []
         f, phi = self.share, self._fixed_cost()
         # only a step with two informative groups or more says anything about the signal (|G|² is 0 exactly otherwise)
         evidence = len(rows) if self.interval == "noise" else sum(r.get("units_informative", 0.0) >= 2 for r in rows)
@@ -380,9 +394,11 @@ class AdaptiveBatch(SelectionCallback):
         if group_size and group_size != self.group_size:
             trainer.datamodule.regroup(group_size, at_pool=at_pool)
             self.group_size = group_size
+            self.steps_at_current = 0
             self.group_changes += 1
         if prompts == self.prompts:
             return
+        self.steps_at_current = 0
         trainer.datamodule.resize(prompts, at_pool=at_pool)
         self.prompts = prompts
         self.changes += 1

@@ -271,3 +271,39 @@ def test_the_window_holds_f_at_every_rung_from_the_groups_rewards():
     assert c.share_window == [[1.0, 2.0]]
     assert c.subgroup_window == [[2.0, subgroup_share([7, 1], 4), 1.0, subgroup_share([7, 1], 16)]]
     assert c.subgroup_window[0][1] == pytest.approx(0.5)  # 4 of 8 hold the right one half the time
+
+
+def test_with_evidence_from_the_current_batch_a_change_waits_for_steps_at_the_new_size():
+    """``evidence_from="current_batch"``: a window that says "noise-dominated" grows once, then the controller holds
+    until ``min_estimates`` steps have run at the new batch (the step after a decision still runs at the old one);
+    the default reads the whole window and grows again at once. Driven through the controller's own hooks."""
+    from lit_rlvr.types import PromptPool
+
+    noisy = [(40.0, -1.0), (40.0, -1.2), (40.0, -0.9), (40.0, -1.1)] * 2
+
+    def run(controller, steps):
+        """The batch of each step's pool as the data module serves it (a decision after step k sets pool k + 2)."""
+        module = _module(noisy)
+        module.optimizers = lambda: controller._opt
+        served = {}  # pool index -> batch, as resize() sets it from at_pool on
+        controller._resized.clear()
+        trainer = SimpleNamespace(datamodule=SimpleNamespace(
+            resize=lambda b, at_pool: served.update({at_pool: b}), regroup=None), world_size=1, global_rank=0)
+        batches, batch = [], controller.prompts
+        for k in range(steps):
+            batch = served.get(k, batch)
+            pool = PromptPool(ids=list(range(batch)), messages=[[]] * batch, answers=[""] * batch,
+                              metadata=[{}] * batch, batch_size=batch)
+            controller.on_train_batch_start(trainer, module, pool, k)
+            controller.share_window = [[1.0, 2.0]] * 4
+            module.steps_done = k + 1
+            controller.on_train_batch_end(trainer, module, None, pool, k)
+            batches.append(batch)
+        return batches
+
+    fresh = _setup(AdaptiveBatch(evidence_from="current_batch"), [], batch=8)
+    assert run(fresh, 12) == [2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4]  # 3 steps at a size, then one move a decision
+    window = _setup(AdaptiveBatch(), [], batch=8)
+    assert run(window, 6) == [2, 2, 3, 4, 6, 9]  # every step grows on the same window: 1.5x a step, compounded
+    with pytest.raises(ValueError, match="evidence_from"):
+        AdaptiveBatch(evidence_from="all")
