@@ -185,8 +185,8 @@ def _fit_args(args, strategy: str, seed: int, warm: Path | None) -> tuple[Path, 
         {"class_path": "lit_rlvr.bench.budget.RolloutBudget", "init_args": {"budget": args.budget}},
         {"class_path": "lit_rlvr.bench.recorder.SelectionRecorder"},
     ]
-    if args.group_value_every:  # each trained group's gradient against candidates' and a held-out one (no number moves)
-        callbacks.append({"class_path": "lit_rlvr.callbacks.group_value.GroupValueProbe", "init_args": {
+    if getattr(args, "group_value_every", 0):  # each trained group's gradient against candidates' and a held-out one (no number moves)
+        callbacks.append({"class_path": "lit_rlvr.bench.group_value.GroupValueProbe", "init_args": {
             "every": args.group_value_every, "candidate_prompts": args.group_value_prompts[0],
             "heldout_prompts": args.group_value_prompts[1]}})
     rd = Path(args.out).resolve() / f"{strategy}_seed{seed}"

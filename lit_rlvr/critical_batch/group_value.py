@@ -1,7 +1,7 @@
 """What one prompt group's gradient is worth: its size and where it points, against the step and a held-out batch.
 
 The lever model priced an informative group that a selector chose as worth an average one; the records said it was
-not. ``GroupValueProbe`` (``lit_rlvr.callbacks.group_value``) measures it: at a probe step, the gradient h_j of each
+not. ``GroupValueProbe`` (``lit_rlvr.bench.group_value``) measures it: at a probe step, the gradient h_j of each
 group the step trains on, the gradients c_k of a uniform draw of candidate prompts at the same weights, and a held-out
 gradient g_H (one backward over a fixed batch of held-out prompts' rollouts). This module is the arithmetic on the
 recorded per-group gradients (``GroupGradients.stacked``): per parameter i a [K, n_i] stack of K groups' gradients.

@@ -9,7 +9,7 @@ import torch
 
 
 def _fit(tmp_path, probe: bool, steps: int = 3):
-    from lit_rlvr.callbacks.group_value import GroupValueProbe
+    from lit_rlvr.bench.group_value import GroupValueProbe
     from lit_rlvr.data import PromptDataModule, ReasoningGymSource
     from lit_rlvr.module import GRPOModule, LossSettings, OptimizerSettings, RolloutSettings
     from lit_rlvr.policy import LoraSettings, PolicyConfig
@@ -63,7 +63,7 @@ def test_a_probed_fit_trains_exactly_as_without_the_probe_and_records_every_set(
 def test_a_candidate_groups_gradient_is_its_own_backward(tmp_path):
     """The probe's per-group gradients (hooks under autograd.grad) equal a plain backward over that group's rows."""
     from lit_rlvr.advantages import grpo_advantages
-    from lit_rlvr.callbacks.group_value import GroupValueProbe
+    from lit_rlvr.bench.group_value import GroupValueProbe
     from lit_rlvr.collate import collate_rollouts
     from lit_rlvr.data import PromptDataModule, ReasoningGymSource
     from lit_rlvr.losses import Normalizer
