@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -189,11 +190,82 @@ def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6), here:
     return lines
 
 
+def measured_ratios(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6)) -> dict[str, dict[float, list[float]]]:
+    """Per 2-prompt cell strategy and target: its rollouts to the target × tuned GRPO's on the same seed (this
+    machine's re-run of tuned GRPO where ``<folder>_cpu`` has it, as ``cells``); a seed that did not reach it: left out."""
+    from lit_rlvr.bench.result_report import runs_from_results
+    from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
+
+    runs = runs_from_results(folder)
+    tuned = {r.seed: r for r in runs if r.strategy == "grpo+b2"}
+    here = Path(f"{folder}_cpu")
+    if here.is_dir():
+        tuned.update({r.seed: r for r in runs_from_results(here) if r.strategy == "grpo+b2"})
+
+    def to(run, t):
+        x, y, _ = accuracy_curve(run, "heldout_prompts/pass@1")
+        return rollouts_to_target(x, y, t) if len(x) else math.nan
+
+    out: dict[str, dict[float, list[float]]] = {}
+    for r in sorted(runs, key=lambda r: (r.strategy, int(r.seed))):
+        if r.strategy in ("grpo", "grpo+b2") or r.seed not in tuned:
+            continue
+        for t in targets:
+            ratio = to(r, t) / to(tuned[r.seed], t)
+            if math.isfinite(ratio):
+                out.setdefault(r.strategy, {}).setdefault(t, []).append(ratio)
+    return out
+
+
+def score_lines(values: dict[str, float] | None = None, targets=(0.5, 0.6)) -> list[str]:
+    """Markdown: each committed prediction (and, with ``values``, the same divided by the method's measured group
+    value v) against the measured mean ± sd over seeds, by the rule of ``critical_batch_check.score``."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from critical_batch_check import score
+
+    measured, rows = measured_ratios(targets=targets), predictions()["rows"]
+    head = "| cell | seeds | predicted | " + " | ".join(f"measured to {t:.2f}" for t in targets) + " | score |"
+    if values:
+        head = head[:-len(" score |")] + " v | value-corrected | score | score, value-corrected |"
+    lines = [head, "|---|---:|---:|" + "---:|" * len(targets) + ("---:|---:|---:|---:|" if values else "---:|")]
+    for r in rows:
+        m = measured.get(r["method"], {})
+        stats = {t: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else math.nan, "n": len(v)}
+                 for t, v in m.items()}
+        cells = [("–" if t not in stats else f"{stats[t]['mean']:.2f} (1 seed)" if stats[t]["n"] == 1
+                  else f"{stats[t]['mean']:.2f} ± {stats[t]['std']:.2f}") for t in targets]
+        verdict = lambda p: " / ".join(score(p, stats[t]) if t in stats else "–" for t in targets)  # noqa: E731
+        seeds = max((s["n"] for s in stats.values()), default=0)
+        point = "–" if math.isnan(r["point"]) else f"{r['point']:.2f}"
+        line = f"| {r['method']} | {seeds} | {point} | {' | '.join(cells)} | "
+        if values:
+            v = values.get(r["method"], math.nan)
+            corrected = r["point"] / v if math.isfinite(v) and v > 0 else math.nan
+            line += f"{v:.2f} | {corrected:.2f} | {verdict(r['point'])} | {verdict(corrected)} |".replace("nan", "–")
+        else:
+            line += f"{verdict(r['point'])} |"
+        lines.append(line)
+    return lines
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("cmd", choices=["predict", "ratios", "cells"])
+    ap.add_argument("cmd", choices=["predict", "ratios", "cells", "score"])
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--values", type=Path, default=None,
+                    help="score: group_value_table.py's JSON; adds each method's v and the prediction divided by it")
     args = ap.parse_args(argv)
+    if args.cmd == "score":
+        values = None
+        if args.values:
+            cells_v = json.loads(args.values.read_text())
+            values = {name.rsplit("_seed", 1)[0]: c["ratio_proj_heldout"][0] for name, c in cells_v.items()}
+        lines = score_lines(values)
+        print("\n".join(lines))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+        return
     if args.cmd in ("ratios", "cells"):
         lines = ratios() if args.cmd == "ratios" else cells()
         print("\n".join(lines))
