@@ -62,3 +62,25 @@ def test_cells_pair_each_2_prompt_cell_with_tuned_grpo_on_its_seed(tmp_path):
     lines = load_benchmark("tuned_grpo").cells(tmp_path)
     assert lines[2] == "| dps+b2, seed 0 | 64 (0.50) | not reached | – | – | 0.550 | 9 | 100 | 42 | 1.0 → 2.0 |"
     assert len(lines) == 3  # tuned GRPO is the reference, not a row
+
+
+def test_score_pairs_seeds_and_divides_a_prediction_by_the_measured_value(tmp_path):
+    from lit_rlvr.bench.results import write_result
+    from tests.benchmark_scripts import load_benchmark
+
+    mod = load_benchmark("tuned_grpo")
+
+    def result(strategy, seed, accs):
+        evals = [{"step": i, "rollouts": 64.0 * i, "train_seconds": 1.0 * i, "heldout_prompts/pass@1": a} for i, a in enumerate(accs)]
+        return {"format": 1, "strategy": strategy, "seed": seed, "settings": {}, "wall_seconds": 1.0, "steps": 3,
+                "rollouts_generated": 64.0 * (len(accs) - 1), "evals": evals, "groups": {}}
+    for seed in (0, 1):
+        write_result(tmp_path, result("grpo+b2", seed, [0.1, 0.5, 0.6]))  # 0.50 at 64, 0.60 at 128
+    write_result(tmp_path, result("dps+b2", 0, [0.1, 0.3, 0.5, 0.6]))  # 128 and 192: 2.0x and 1.5x
+    write_result(tmp_path, result("dps+b2", 1, [0.1, 0.5, 0.6]))  # 1.0x and 1.0x
+    got = mod.measured_ratios(tmp_path)
+    assert got["dps+b2"][0.5] == pytest.approx([2.0, 1.0]) and got["dps+b2"][0.6] == pytest.approx([1.5, 1.0])
+    lines = mod.score_lines({"dps+b2": 0.5})
+    dps = next(line for line in lines if line.startswith("| dps+b2 |"))
+    point = {r["method"]: r["point"] for r in mod.predictions()["rows"]}["dps+b2"]
+    assert f"| 0.50 | {point / 0.5:.2f} |" in dps  # v and the prediction divided by it
