@@ -266,7 +266,12 @@ class BatchLoop:
             self._protocol_error(w, str(e), queue, results)
 
     def _lost(self, w: WorkerProcess, queue: deque, results: list) -> None:
-        """The zygote died: its call fails (unless answered), and so does start-up."""
+        """The zygote died: its call fails (unless answered), and so does start-up (with the reason it wrote, when the
+        end of its reply pipe was read before its control message: ``poll`` reports both in either order)."""
+        if not w.ready:
+            self._drain_control(w, queue, results)
+            if w not in self._slots:  # its start-up error was read and handled
+                return
         w.relay_output(self._relay, final=True)
         code = w.exit_code()
         if w.item is not None and not w.answered:
@@ -275,6 +280,20 @@ class BatchLoop:
         self._kill(w)
         if not was_ready:
             self._fail(queue, results, f"the reward worker exited during start-up (exit code {code})")
+
+    def _drain_control(self, w: WorkerProcess, queue: deque, results: list) -> None:
+        """Handle what is left on ``w``'s control pipe, without treating its end as a death (``_lost`` does)."""
+        while w in self._slots:
+            data = read_available(w.ctl)
+            if not data:
+                return
+            try:
+                for payload in w.control.feed(data):
+                    self._handle(w, *protocol.decode(payload), queue, results)
+                    if w not in self._slots:
+                        return
+            except ProtocolError:
+                return
 
     def _handle(self, w: WorkerProcess, kind: str, body: Any, queue: deque, results: list) -> None:
         """One decoded control message (``protocol.decode``) from ``w``'s zygote."""

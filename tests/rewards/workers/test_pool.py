@@ -106,3 +106,40 @@ def test_sigterm_is_not_blocked_by_a_waiting_call():
         assert time.monotonic() - t0 < 2.0
     finally:
         proc.kill()
+
+
+def test_a_worker_lost_at_start_up_reports_the_reason_it_wrote_first():
+    """``poll`` may report the end of a dying zygote's reply pipe before its control message: the loop still reads
+    the ``init_error`` waiting on the control pipe, so ``start`` returns the worker's own reason."""
+    import os
+    from collections import deque
+    from types import SimpleNamespace
+
+    from lit_rlvr.rewards.workers import protocol
+    from lit_rlvr.rewards.workers.batch_loop import BatchLoop, BatchSettings
+    from lit_rlvr.rewards.workers.output_relay import OutputRelay
+
+    ctl_r, ctl_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    os.set_blocking(ctl_r, False)
+    os.set_blocking(rep_r, False)
+    protocol.write_all(ctl_w, protocol.encode("init_error", error="ValueError: f is a non-callable attribute"))
+    os.close(ctl_w)
+    os.close(rep_w)  # the zygote is gone: both pipes are at their end, the control message still unread
+    killed = []
+    worker = SimpleNamespace(ready=False, item=None, answered=False, ctl=ctl_r, rep=rep_r,
+                             control=protocol.FrameReader(protocol.MAX_REPLY_BYTES),
+                             relay_output=lambda relay, final=False: None, exit_code=lambda: 0)
+    slots = [worker]
+
+    def kill(w):
+        killed.append(w)
+        slots.remove(w)
+
+    reports = SimpleNamespace(timeouts=0, protocol_errors=0, sandbox=None)
+    loop = BatchLoop(slots, OutputRelay("test"), BatchSettings("test", 1, 1.0, 1.0, None, ""), spawn=lambda: None,
+                     kill=kill, reports=reports)
+    loop._read_replies(worker, deque(), [])  # the reply pipe's end first
+    assert killed == [worker] and "non-callable" in (loop.start_error or "")
+    os.close(ctl_r)
+    os.close(rep_r)
