@@ -143,6 +143,27 @@ def ratios(targets=(0.5, 0.6)) -> list[str]:
     return lines
 
 
+def _runs_and_tuned(folder: Path, here: Path | None = None) -> tuple[list, dict]:
+    """The folder's runs and tuned GRPO's per seed: its ``grpo+b2`` cells, replaced by this machine's re-runs where
+    ``here`` (default ``<folder>_cpu``) has them."""
+    from lit_rlvr.bench.result_report import runs_from_results
+
+    runs = runs_from_results(folder)
+    tuned = {r.seed: r for r in runs if r.strategy == "grpo+b2"}
+    here = Path(f"{folder}_cpu") if here is None else here
+    if here.is_dir():
+        tuned.update({r.seed: r for r in runs_from_results(here) if r.strategy == "grpo+b2"})
+    return runs, tuned
+
+
+def _rollouts_to(run, target: float) -> float:
+    """Rollouts to a held-out target, interpolated between evaluations (NaN: not reached)."""
+    from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
+
+    x, y, _ = accuracy_curve(run, "heldout_prompts/pass@1")
+    return rollouts_to_target(x, y, target) if len(x) else math.nan
+
+
 def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6), here: Path | None = None) -> list[str]:
     """Markdown: one row per 2-prompt cell in ``folder``, its rollouts to each target and × tuned GRPO's on its seed,
     final held-out accuracy, steps, the fit's wall and CPU seconds and the load at its start and end.
@@ -150,19 +171,10 @@ def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6), here:
     Tuned GRPO is the committed ``grpo+b2`` cell in ``folder`` (run on another machine), or, where ``here``
     (default ``<folder>_cpu``) holds that seed's re-run on this machine with the CPU clock, the re-run.
     """
-    from lit_rlvr.bench.result_report import honest_seconds_to_target, runs_from_results
-    from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
+    from lit_rlvr.bench.result_report import honest_seconds_to_target
+    from lit_rlvr.report.curves import accuracy_curve
 
-    runs = runs_from_results(folder)
-    tuned = {r.seed: r for r in runs if r.strategy == "grpo+b2"}
-    here = Path(f"{folder}_cpu") if here is None else here
-    if here.is_dir():
-        tuned.update({r.seed: r for r in runs_from_results(here) if r.strategy == "grpo+b2"})
-
-    def to(run, t):
-        x, y, _ = accuracy_curve(run, "heldout_prompts/pass@1")
-        return rollouts_to_target(x, y, t) if len(x) else math.nan
-
+    runs, tuned = _runs_and_tuned(folder, here)
     head = " | ".join(f"to {t:.2f} (× tuned)" for t in targets)
     head_cpu = " | ".join(f"CPU s to {t:.2f} (× tuned)" for t in targets)
     lines = [f"| cell | {head} | {head_cpu} | held-out at the end | steps | wall s | CPU s | load start → end (1 min) |",
@@ -177,7 +189,7 @@ def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6), here:
         res = r.result
         reach = []
         for t in targets:
-            v, ref = to(r, t), to(tuned[r.seed], t) if r.seed in tuned else math.nan
+            v, ref = _rollouts_to(r, t), _rollouts_to(tuned[r.seed], t) if r.seed in tuned else math.nan
             reach.append("not reached" if not math.isfinite(v) else f"{v:,.0f} ({v / ref:.2f})" if math.isfinite(ref) else f"{v:,.0f}")
         for t in targets:
             v, ref = cpu_to(r, t), cpu_to(tuned[r.seed], t) if r.seed in tuned else math.nan
@@ -193,25 +205,13 @@ def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6), here:
 def measured_ratios(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6)) -> dict[str, dict[float, list[float]]]:
     """Per 2-prompt cell strategy and target: its rollouts to the target × tuned GRPO's on the same seed (this
     machine's re-run of tuned GRPO where ``<folder>_cpu`` has it, as ``cells``); a seed that did not reach it: left out."""
-    from lit_rlvr.bench.result_report import runs_from_results
-    from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
-
-    runs = runs_from_results(folder)
-    tuned = {r.seed: r for r in runs if r.strategy == "grpo+b2"}
-    here = Path(f"{folder}_cpu")
-    if here.is_dir():
-        tuned.update({r.seed: r for r in runs_from_results(here) if r.strategy == "grpo+b2"})
-
-    def to(run, t):
-        x, y, _ = accuracy_curve(run, "heldout_prompts/pass@1")
-        return rollouts_to_target(x, y, t) if len(x) else math.nan
-
+    runs, tuned = _runs_and_tuned(folder)
     out: dict[str, dict[float, list[float]]] = {}
     for r in sorted(runs, key=lambda r: (r.strategy, int(r.seed))):
         if r.strategy in ("grpo", "grpo+b2") or r.seed not in tuned:
             continue
         for t in targets:
-            ratio = to(r, t) / to(tuned[r.seed], t)
+            ratio = _rollouts_to(r, t) / _rollouts_to(tuned[r.seed], t)
             if math.isfinite(ratio):
                 out.setdefault(r.strategy, {}).setdefault(t, []).append(ratio)
     return out

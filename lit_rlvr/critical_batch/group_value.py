@@ -35,14 +35,20 @@ def squared_norm(vector: Sequence[torch.Tensor]) -> float:
     return float(sum(v.double().pow(2).sum() for v in vector))
 
 
-def _dots(stacks: Stacks, vector: Optional[Sequence[torch.Tensor]]) -> torch.Tensor:
-    """[K] float64: each group's dot product with ``vector`` (NaN without one)."""
+def _moments(stacks: Stacks, vectors: Sequence[Optional[Sequence[torch.Tensor]]]) -> torch.Tensor:
+    """[1 + V, K] float64 in one pass over the stacks: each group's |h|², then its dot product with each vector
+    (a NaN row for a vector that is None)."""
     k = stacks[0].shape[0] if stacks else 0
-    if vector is None:
-        return torch.full((k,), math.nan, dtype=torch.float64)
-    out = torch.zeros(k, dtype=torch.float64)
-    for s, v in zip(stacks, vector):
-        out += (s.double() @ v.double().flatten()).cpu()
+    out = torch.zeros(1 + len(vectors), k, dtype=torch.float64)
+    for i, s in enumerate(stacks):
+        d = s.double()  # one parameter's [K, n_i], converted once
+        out[0] += d.pow(2).sum(dim=1).cpu()
+        for j, v in enumerate(vectors):
+            if v is not None:
+                out[1 + j] += (d @ v[i].double().flatten()).cpu()
+    for j, v in enumerate(vectors):
+        if v is None:
+            out[1 + j] = math.nan
     return out
 
 
@@ -57,11 +63,8 @@ def group_rows(
     """One row per group: ``norm``, ``cos_step`` (with S), ``cos_rest`` (with S − h when ``in_step``, the group being
     one of S's, else with S), ``cos_heldout`` and ``proj_heldout`` (h·g_H / |g_H|; NaN without ``heldout``).
     ``informative`` is 1 for a group with a non-zero gradient (its advantages were not all zero)."""
-    norms2 = torch.zeros(stacks[0].shape[0] if stacks else 0, dtype=torch.float64)
-    for s in stacks:
-        norms2 += s.double().pow(2).sum(dim=1).cpu()
+    norms2, dot_step, dot_heldout = _moments(stacks, [step_gradient, heldout])
     s2, h2 = squared_norm(step_gradient), squared_norm(heldout) if heldout is not None else math.nan
-    dot_step, dot_heldout = _dots(stacks, step_gradient), _dots(stacks, heldout)
     rows = []
     for k, unit in enumerate(ids):
         n2, ds = float(norms2[k]), float(dot_step[k])

@@ -258,10 +258,7 @@ class BatchLoop:
                 self._lost(w, queue, results)
             return
         try:
-            for payload in w.control.feed(data):
-                self._handle(w, *protocol.decode(payload), queue, results)
-                if w not in self._slots:
-                    return
+            self._handle_messages(w, data, queue, results)
         except ProtocolError as e:
             self._protocol_error(w, str(e), queue, results)
 
@@ -288,11 +285,15 @@ class BatchLoop:
             if not data:
                 return
             try:
-                for payload in w.control.feed(data):
-                    self._handle(w, *protocol.decode(payload), queue, results)
-                    if w not in self._slots:
-                        return
+                self._handle_messages(w, data, queue, results)
             except ProtocolError:
+                return
+
+    def _handle_messages(self, w: WorkerProcess, data: bytes, queue: deque, results: list) -> None:
+        """Each whole control message in ``data``, in order, until ``w`` leaves the slots (``ProtocolError`` propagates)."""
+        for payload in w.control.feed(data):
+            self._handle(w, *protocol.decode(payload), queue, results)
+            if w not in self._slots:
                 return
 
     def _handle(self, w: WorkerProcess, kind: str, body: Any, queue: deque, results: list) -> None:
