@@ -77,10 +77,11 @@ class AdaptiveBatch(SelectionCallback):
             over the window ± z jackknife errors, which stays finite where Σ|G|² is near or below 0, and
             ``min_estimates`` counts steps with two informative groups or more; "noise": N's own jackknife interval,
             every step with an estimate counts, and a window with Σ|G|² <= 0 grows (the second design).
-        evidence_from: "window" (default): a decision reads the last ``window`` steps, whatever batch they ran at;
-            "current_batch": only the steps run at the current batch and G, so after a change the next waits for
-            ``min_estimates`` steps of evidence at the new size (a decision sets the pool after next, so with
-            "window" consecutive steps can each grow by ``max_change`` on the same steps' evidence).
+        evidence_from: "current_batch" (default): a decision reads only the steps run at the current batch and G
+            (at most ``window``), so after a change the next waits for ``min_estimates`` steps of evidence at the new
+            size; "window" (the third design, kept to reproduce its cells): the last ``window`` steps, whatever batch
+            they ran at; a decision sets the pool after next, so consecutive steps can then each grow by
+            ``max_change`` on the same steps' evidence.
         min_group_size, max_group_size: bounds on G (at least 2); None: the configured
             ``model.rollout.num_generations``. When they allow another G, G is a second knob, halved or
             doubled by ``critical_batch.group_rule`` (needs ``model.noise_scale.split_groups: true``).
@@ -112,7 +113,7 @@ class AdaptiveBatch(SelectionCallback):
         min_group_size: Optional[int] = None,
         max_group_size: Optional[int] = None,
         interval: str = "signal",
-        evidence_from: str = "window",
+        evidence_from: str = "current_batch",
     ) -> None:
         def whole(name: str, v: Any, least: int) -> int:
             if int(v) != v or v < least:

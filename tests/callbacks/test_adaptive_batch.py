@@ -77,7 +77,9 @@ def test_next_prompts_limits_the_change_after_rounding_bounds_and_rounds_to_the_
     assert min_growth_factor(2, 64, 1) == 1.5 and min_growth_factor(2, 64, 2) == 2.0 and min_growth_factor(4, 64, 2) == 1.5
 
 
-def _setup(controller, selectors, world=1, batch=4, noise=True, G=8, split=False):
+def _setup(controller, selectors, world=1, batch=4, noise=True, G=8, split=False, window_at_current=True):
+    """``controller`` set up on a fake trainer; ``window_at_current``: the window the test sets ran at the current
+    batch (so ``evidence_from="current_batch"``, the default, reads all of it)."""
     resized = []
     dm = SimpleNamespace(resize=lambda b, at_pool: resized.append((b, at_pool)), batch_size_at=lambda k: batch,
                          regroup=lambda g, at_pool: resized.append(("G", g, at_pool)))
@@ -88,6 +90,8 @@ def _setup(controller, selectors, world=1, batch=4, noise=True, G=8, split=False
     trainer = SimpleNamespace(datamodule=dm, world_size=world)
     controller.setup_selection(trainer, module, [controller, *selectors])
     controller._resized, controller._opt = resized, opt
+    if window_at_current:
+        controller.steps_at_current = controller.window
     return controller
 
 
@@ -274,9 +278,9 @@ def test_the_window_holds_f_at_every_rung_from_the_groups_rewards():
 
 
 def test_with_evidence_from_the_current_batch_a_change_waits_for_steps_at_the_new_size():
-    """``evidence_from="current_batch"``: a window that says "noise-dominated" grows once, then the controller holds
-    until ``min_estimates`` steps have run at the new batch (the step after a decision still runs at the old one);
-    the default reads the whole window and grows again at once. Driven through the controller's own hooks."""
+    """``evidence_from="current_batch"`` (the default): a window that says "noise-dominated" grows once, then the
+    controller holds until ``min_estimates`` steps have run at the new batch (the step after a decision still runs at
+    the old one); ``"window"`` reads the whole window and grows again at once. Driven through the controller's hooks."""
     from lit_rlvr.types import PromptPool
 
     noisy = [(40.0, -1.0), (40.0, -1.2), (40.0, -0.9), (40.0, -1.1)] * 2
@@ -301,9 +305,10 @@ def test_with_evidence_from_the_current_batch_a_change_waits_for_steps_at_the_ne
             batches.append(batch)
         return batches
 
-    fresh = _setup(AdaptiveBatch(evidence_from="current_batch"), [], batch=8)
+    assert AdaptiveBatch().evidence_from == "current_batch"
+    fresh = _setup(AdaptiveBatch(), [], batch=8, window_at_current=False)
     assert run(fresh, 12) == [2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4]  # 3 steps at a size, then one move a decision
-    window = _setup(AdaptiveBatch(), [], batch=8)
+    window = _setup(AdaptiveBatch(evidence_from="window"), [], batch=8, window_at_current=False)
     assert run(window, 6) == [2, 2, 3, 4, 6, 9]  # every step grows on the same window: 1.5x a step, compounded
     with pytest.raises(ValueError, match="evidence_from"):
         AdaptiveBatch(evidence_from="all")
