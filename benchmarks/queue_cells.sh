@@ -6,7 +6,8 @@
 # the committed cells). It skips finished cells (their result file exists), resumes a cut-short one from its
 # checkpoint, and commits nothing. Each cell runs from a snapshot of the committed HEAD at its first start
 # (others' uncommitted edits stay out; a resumed cell reuses its snapshot, so its arguments match).
-# EXTRA: more bench_real.py run arguments (e.g. "--group-value-every 4"). Log: runs/queue_<QUEUE>/queue.log.
+# EXTRA: more bench_real.py run arguments (e.g. "--group-value-every 4"). WARM: a model folder to train instead of
+# the config's policy (bench_real's --warm; e.g. runs/gemma/hf, a dequantized model). Log: runs/queue_<QUEUE>/queue.log.
 MAIN=$(cd "$(dirname "$0")/.." && pwd)
 : "${QUEUE:?name the queue}" "${CONFIG:?the bench config}" "${CELLS:?the cells}"
 BUDGET=${BUDGET:-1920} EVERY=${EVERY:-192}
@@ -26,8 +27,10 @@ run_cell() {
       && git -C "$MAIN" rev-parse HEAD > "$snap/COMMIT"
   fi
   log "$name: start (commit $(cat "$snap/COMMIT"), load $(cut -d' ' -f1-3 /proc/loadavg))"
+  local model=(run --no-warm)
+  [ -n "$WARM" ] && model=(--warm "$(cd "$MAIN" && realpath "$WARM")" run)
   (cd "$snap" && OMP_NUM_THREADS=1 PYTHONPATH=$snap "$MAIN/.venv/bin/python" benchmarks/bench_real.py \
-      --config "$snap/$CONFIG" --out "$RUNS" run --no-warm --budget "$BUDGET" --eval-every-rollouts "$EVERY" \
+      --config "$snap/$CONFIG" --out "$RUNS" "${model[@]}" --budget "$BUDGET" --eval-every-rollouts "$EVERY" \
       --eval-prompts val --jobs 1 --checkpoint-every 2 --seeds "$seed" --only "$strat" --results "$results" $EXTRA) \
       >> "$WORK/queue.log" 2>&1
   log "$name: exit $?"
