@@ -135,8 +135,12 @@ class BatchLoop:
 
     def start(self, want: int) -> Optional[str]:
         """Take workers until there are ``want`` and wait until they are ready; why one could not start, or ``None``."""
-        while len(self._slots) < want and self._spawn() is None:
-            pass
+        while len(self._slots) < want:
+            error = self._spawn()
+            if error is not None:  # no process could be launched (fork refused, a bad interpreter): say so
+                self.start_error = error
+                log.warning("%r: %s", self, error)
+                break
         while True:
             starting = [w for w in self._slots if not w.ready]
             if not starting:

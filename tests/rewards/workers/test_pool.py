@@ -143,3 +143,45 @@ def test_a_worker_lost_at_start_up_reports_the_reason_it_wrote_first():
     assert killed == [worker] and "non-callable" in (loop.start_error or "")
     os.close(ctl_r)
     os.close(rep_r)
+
+
+def test_start_reports_a_worker_that_could_not_be_launched_at_all():
+    """A spawn that fails outright (the process cannot be created) is ``start``'s answer, not ``None``, so
+    ``check`` refuses the reward at start-up; the workers that did start are still waited for."""
+    from types import SimpleNamespace
+
+    from lit_rlvr.rewards.workers.batch_loop import BatchLoop, BatchSettings
+    from lit_rlvr.rewards.workers.output_relay import OutputRelay
+
+    slots = []
+    spawned = []
+
+    def spawn():
+        if spawned:  # the second launch fails
+            return "reward worker failed to start: OSError(11, 'Resource temporarily unavailable')"
+        spawned.append(SimpleNamespace(ready=True, item=None))
+        slots.append(spawned[0])
+        return None
+
+    reports = SimpleNamespace(timeouts=0, protocol_errors=0, sandbox=None)
+    loop = BatchLoop(slots, OutputRelay("test"), BatchSettings("test", 2, 1.0, 1.0, None, ""), spawn=spawn,
+                     kill=lambda w: None, reports=reports)
+    assert loop.start(2) == "reward worker failed to start: OSError(11, 'Resource temporarily unavailable')"
+    assert len(slots) == 1  # the one that started is kept
+
+
+def test_check_refuses_a_reward_whose_worker_cannot_be_launched(monkeypatch):
+    """End to end through ``TimeLimitedCaller.check``: a launch that raises is a ValueError naming the cause."""
+    from lit_rlvr.rewards.workers import pool
+
+    def refuse(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(pool.WorkerProcess, "start", staticmethod(refuse))
+    monkeypatch.setattr(pool.parked, "take", lambda key: None)  # no kept idle worker from an earlier test
+    caller = TimeLimitedCaller("tests.rewards.helpers:sleepy_reward", timeout_s=1.0, workers=1)
+    try:
+        with pytest.raises(ValueError, match="reward worker failed to start: .*Resource temporarily unavailable"):
+            caller.check()
+    finally:
+        caller.close()
