@@ -72,21 +72,30 @@ def to_target(run, target: float, axis: str | None) -> float:
 
 def batches(folder: Path, strategy: str, seed: str) -> list[int]:
     """Prompts rolled out at each step of one cell, from its group records."""
+    return [p for p, _ in settings(folder, strategy, seed)]
+
+
+def settings(folder: Path, strategy: str, seed: str) -> list[tuple[int, int]]:
+    """(prompts, G) of each step of one cell, from its group records; G is the step's most common group size."""
     path = folder / f"{strategy}_seed{seed}.groups.csv"
     if not path.is_file():
         return []
-    per_step = Counter(int(r.step) for r in read_groups(path))
-    return [per_step[s] for s in range(max(per_step) + 1)] if per_step else []
+    per_step: dict[int, Counter] = {}
+    for r in read_groups(path):
+        per_step.setdefault(int(r.step), Counter())[int(r.n)] += 1
+    return [(sum(per_step[s].values()), per_step[s].most_common(1)[0][0]) if s in per_step else (0, 0)
+            for s in range(max(per_step) + 1)] if per_step else []
 
 
-def run_lengths(b: list[int]) -> str:
-    """``8 8 8 5 2 2`` as ``8×3 5 2×2``."""
+def run_lengths(b: list) -> str:
+    """``8 8 8 5 2 2`` as ``8×3 5 2×2``; (prompts, G) pairs as ``2·32×5 2·16×4`` (P·G, steps)."""
     out, i = [], 0
     while i < len(b):
         j = i
         while j < len(b) and b[j] == b[i]:
             j += 1
-        out.append(f"{b[i]}×{j - i}" if j - i > 1 else str(b[i]))
+        shown = f"{b[i][0]}·{b[i][1]}" if isinstance(b[i], tuple) else str(b[i])
+        out.append(f"{shown}×{j - i}" if j - i > 1 else shown)
         i = j
     return " ".join(out)
 
@@ -146,17 +155,25 @@ def main(argv=None) -> None:
         lines.append("")
     lines += ["### Final held-out accuracy and prompts per step", "", "| strategy | final held-out (mean ± sd) | prompts per step, seed by seed |",
               "|---|---:|---|"]
-    chosen = {}
+    chosen, groups = {}, {}
     for s, rs in runs.items():
         final = stat([accuracy_curve(r, METRIC)[1][-1] for r in rs])
-        chosen[s] = {r.seed: batches(Path(folders[s]), s, r.seed) for r in rs}
-        shown = "; ".join(f"seed {seed}: {run_lengths(b)}" if len(set(b)) > 1 else f"seed {seed}: {b[0] if b else '?'} fixed"
-                          for seed, b in chosen[s].items())
+        per_seed = {r.seed: settings(Path(folders[s]), s, r.seed) for r in rs}
+        chosen[s] = {seed: [p for p, _ in b] for seed, b in per_seed.items()}
+        if any(len({g for _, g in b}) > 1 for b in per_seed.values()):  # G changed: show P·G a step
+            groups[s] = {seed: [g for _, g in b] for seed, b in per_seed.items()}
+            shown = "; ".join(f"seed {seed}: {run_lengths(b)}" for seed, b in per_seed.items())
+        else:
+            shown = "; ".join(f"seed {seed}: {run_lengths(b)}" if len(set(b)) > 1 else f"seed {seed}: {b[0] if b else '?'} fixed"
+                              for seed, b in chosen[s].items())
         lines.append(f"| {s} | {final['mean']:.3f} ± {final['std']:.3f} | {shown} |")
+    if groups:
+        lines += ["", "P·G×k: k steps of P prompts with groups of G."]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps({"cells": folders, "ref": args.ref, "rows": rows, "prompts_per_step": chosen},
-                                                        indent=1, default=str) + "\n")
+    extra = {"group_size_per_step": groups} if groups else {}  # only where G changed (older tables unchanged)
+    args.out.with_suffix(".json").write_text(json.dumps({"cells": folders, "ref": args.ref, "rows": rows, "prompts_per_step": chosen,
+                                                         **extra}, indent=1, default=str) + "\n")
     _plot(chosen, args.out.parent / f"{args.out.name}_batch.png")
     print("\n".join(lines))
 
