@@ -118,6 +118,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(str(e), file=sys.stderr)
         return 1
     phi = cal.fixed_cost_rollouts
+    if not math.isfinite(phi):  # more rollouts cost no more: the load (or the noise of short steps) hid the line
+        print(f"calibrate: a step's CPU seconds did not rise with its rollouts ({cal.fixed_s:.2f} CPU s fixed, "
+              f"{cal.per_rollout_s:.3f} per rollout over {cal.steps} steps), so no fixed cost can be read off. "
+              f"Run it again on an idle machine, with more --steps, or with batches further apart "
+              f"(--prompts 2 16); until then keep fixed_cost_rollouts at its default", file=sys.stderr)
+        return 1
     print(f"a step: {cal.fixed_s:.2f} CPU s fixed + {cal.per_rollout_s:.3f} CPU s per rollout "
           f"({cal.steps} steps): its fixed cost is {phi:.1f} ± {cal.fixed_cost_rollouts_se:.1f} rollouts "
           f"(standard error; more --steps narrow it)")
