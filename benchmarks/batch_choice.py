@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lit_rlvr.bench.result_report import (TOKENS, TRAIN_SECONDS, cumulative_at_target, honest_seconds_to_target,  # noqa: E402
-                                          kind_ratios, runs_from_results)
+                                          kind_ratios, rollouts_to, runs_from_results)
 from lit_rlvr.report.curves import CUM_GEN  # noqa: E402
 from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
-from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target  # noqa: E402
+from lit_rlvr.report.curves import accuracy_curve  # noqa: E402
 from lit_rlvr.report.group_records import read_groups  # noqa: E402
 
 METRIC = "heldout_prompts/pass@1"
@@ -63,8 +63,7 @@ def modelled_cost(run, target: float, phi: float) -> float:
 def to_target(run, target: float, axis: str | None) -> float:
     """Cumulative rollouts (``axis`` None), tokens or training seconds when held-out accuracy first reaches ``target``."""
     if axis is None:
-        x, y, _ = accuracy_curve(run, METRIC)
-        return rollouts_to_target(x, y, target) if len(x) else math.nan
+        return rollouts_to(run, target, METRIC)
     if axis == TRAIN_SECONDS:  # CPU seconds where the file has them, else wall
         return honest_seconds_to_target(run, target, METRIC)[0]
     return cumulative_at_target(run, target, METRIC, axis)
@@ -121,7 +120,7 @@ def main(argv=None) -> None:
         targets.append(round(late, 3))
     lines, rows = [], []
     if profiles:
-        lines += [f"Modelled cost = steps × φ + rollouts, in rollouts; profiles: "
+        lines += ["Modelled cost = steps × φ + rollouts, in rollouts; profiles: "
                   + ", ".join(f"{n} φ = {v:g}" for n, v in profiles.items()) + ".", ""]
     for target in targets:
         values = {s: {ax: {r.seed: to_target(r, target, col) for r in rs} for ax, col in AXES} for s, rs in runs.items()}
@@ -162,10 +161,9 @@ def main(argv=None) -> None:
         chosen[s] = {seed: [p for p, _ in b] for seed, b in per_seed.items()}
         if any(len({g for _, g in b}) > 1 for b in per_seed.values()):  # G changed: show P·G a step
             groups[s] = {seed: [g for _, g in b] for seed, b in per_seed.items()}
-            shown = "; ".join(f"seed {seed}: {run_lengths(b)}" for seed, b in per_seed.items())
-        else:
-            shown = "; ".join(f"seed {seed}: {run_lengths(b)}" if len(set(b)) > 1 else f"seed {seed}: {b[0] if b else '?'} fixed"
-                              for seed, b in chosen[s].items())
+        steps = per_seed if s in groups else chosen[s]
+        shown = "; ".join(f"seed {seed}: {run_lengths(b)}" if len(set(b)) > 1 else f"seed {seed}: {run_lengths(b[:1]) or '?'} fixed"
+                          for seed, b in steps.items())
         lines.append(f"| {s} | {final['mean']:.3f} ± {final['std']:.3f} | {shown} |")
     if groups:
         lines += ["", "P·G×k: k steps of P prompts with groups of G."]

@@ -21,8 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lit_rlvr.bench import report as rep  # noqa: E402
-from lit_rlvr.bench.result_report import runs_from_results  # noqa: E402
+from lit_rlvr.bench.result_report import rollouts_to, runs_from_results  # noqa: E402
 from lit_rlvr.bench.stats import paired_ratios, stat  # noqa: E402
 from lit_rlvr.report.group_records import read_groups  # noqa: E402
 from lit_rlvr.critical_batch.levers import preselect, refill, smaller_batch  # noqa: E402
@@ -94,8 +93,7 @@ def to_target(grid: Path, target: float) -> dict[str, dict[str, float]]:
     """strategy -> {seed: rollouts to ``target``} (NaN when a seed never reached it)."""
     out: dict[str, dict[str, float]] = {}
     for run in runs_from_results(grid):
-        x, y, _ = rep.accuracy_curve(run, METRIC)
-        out.setdefault(run.strategy, {})[run.seed] = rep.rollouts_to_target(x, y, target) if len(x) else math.nan
+        out.setdefault(run.strategy, {})[run.seed] = rollouts_to(run, target, METRIC)
     return out
 
 

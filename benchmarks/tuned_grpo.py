@@ -114,15 +114,11 @@ def ratios(targets=(0.5, 0.6)) -> list[str]:
     """Markdown: every committed 8-prompt cell's rollouts (tokens) to each target, × tuned GRPO's on the same seed."""
     from lit_rlvr.bench.result_report import TOKENS, cumulative_at_target, runs_from_results
     from lit_rlvr.bench.stats import paired_ratios, stat
-    from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
 
     metric = "heldout_prompts/pass@1"
 
     def to(run, t, tokens):
-        if tokens:
-            return cumulative_at_target(run, t, metric, TOKENS)
-        x, y, _ = accuracy_curve(run, metric)
-        return rollouts_to_target(x, y, t) if len(x) else math.nan
+        return cumulative_at_target(run, t, metric, TOKENS) if tokens else _rollouts_to(run, t)
 
     lines = ["| regime | target | strategy (8 prompts) | rollouts × tuned GRPO's (seeds) | tokens × tuned GRPO's |",
              "|---|---|---|---:|---:|"]
@@ -158,10 +154,9 @@ def _runs_and_tuned(folder: Path, here: Path | None = None) -> tuple[list, dict]
 
 def _rollouts_to(run, target: float) -> float:
     """Rollouts to a held-out target, interpolated between evaluations (NaN: not reached)."""
-    from lit_rlvr.report.curves import accuracy_curve, rollouts_to_target
+    from lit_rlvr.bench.result_report import rollouts_to
 
-    x, y, _ = accuracy_curve(run, "heldout_prompts/pass@1")
-    return rollouts_to_target(x, y, target) if len(x) else math.nan
+    return rollouts_to(run, target, "heldout_prompts/pass@1")
 
 
 def cells(folder: Path = RESULTS / "smollm2_mixed_b2", targets=(0.5, 0.6), here: Path | None = None) -> list[str]:

@@ -96,6 +96,13 @@ def cumulative_at_target(run: rep.Run, target: float, metric: str, axis: str) ->
     return rep.rollouts_to_target(d[axis].to_numpy(float), d[metric].to_numpy(float), target)
 
 
+def rollouts_to(run: rep.Run, target: float, metric: str) -> float:
+    """Rollouts generated when ``metric`` first reaches ``target`` (linear between evaluations); NaN if never or if the
+    run has no evaluation of ``metric``."""
+    x, y, _ = rep.accuracy_curve(run, metric)
+    return rep.rollouts_to_target(x, y, target) if len(x) else math.nan
+
+
 def seconds_to_target(run: rep.Run, target: float, metric: str) -> float:
     """Training seconds when ``metric`` first reaches ``target`` (linear between evaluations); NaN if never."""
     return cumulative_at_target(run, target, metric, TRAIN_SECONDS)
